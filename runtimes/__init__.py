@@ -1,0 +1,62 @@
+"""Runtime backends, one module each, imported only when asked for.
+
+``get_runtime("openvino")`` imports ``edgekit.runtimes.openvino``; if its SDK is missing the
+caller gets one MissingDependencyError naming the package, and ``import edgekit`` never breaks.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from edgekit.errors import InputError, MissingDependencyError
+from edgekit.runtimes.base import Runtime, RuntimeOptions, Session
+
+RUNTIMES: dict[str, str] = {
+    "torch": "edgekit.runtimes.torch:TorchRuntime",
+    "onnxruntime": "edgekit.runtimes.onnxruntime:OnnxRuntime",
+    "openvino": "edgekit.runtimes.openvino:OpenVINORuntime",
+    "tensorrt": "edgekit.runtimes.tensorrt:TensorRTRuntime",
+}
+
+# Which runtime loads a format when the user names none, first choice first.
+DEFAULT_RUNTIME_FOR_FORMAT: dict[str, list[str]] = {
+    "torch": ["torch"],
+    "onnx": ["onnxruntime", "openvino"],
+    "openvino": ["openvino"],
+    "tensorrt": ["tensorrt"],
+}
+
+_CACHE: dict[str, Runtime] = {}
+
+
+def get_runtime(name: str) -> Runtime:
+    """The Runtime registered as ``name``; raises MissingDependencyError if its SDK is absent."""
+    if name not in RUNTIMES:
+        raise InputError(f"unknown runtime '{name}'; known runtimes: {', '.join(RUNTIMES)}")
+    if name not in _CACHE:
+        module_name, _, attr = RUNTIMES[name].partition(":")
+        _CACHE[name] = getattr(importlib.import_module(module_name), attr)()
+    return _CACHE[name]
+
+
+def available_runtimes() -> dict[str, str | None]:
+    """name -> None when usable here, or the reason it is not (the missing package)."""
+    status: dict[str, str | None] = {}
+    for name in RUNTIMES:
+        try:
+            get_runtime(name)
+            status[name] = None
+        except MissingDependencyError as exc:
+            status[name] = str(exc)
+    return status
+
+
+__all__ = [
+    "RUNTIMES",
+    "DEFAULT_RUNTIME_FOR_FORMAT",
+    "Runtime",
+    "RuntimeOptions",
+    "Session",
+    "available_runtimes",
+    "get_runtime",
+]

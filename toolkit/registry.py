@@ -1,0 +1,50 @@
+"""Model registry: an explicit name -> "module:Class" table, imported on first use.
+
+Built-in cards are listed in ``BUILTIN_CARDS``; third-party code registers with ``@register``.
+Nothing heavy is imported until a card is asked for, so ``edgekit models`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgekit.card import ModelCard
+from edgekit.errors import InputError
+
+BUILTIN_CARDS: dict[str, str] = {
+    "minilm": "edgekit.models.minilm.card:MiniLMCard",
+    "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
+}
+
+_REGISTERED: dict[str, type[ModelCard]] = {}
+
+
+def register(cls: type[ModelCard]) -> type[ModelCard]:
+    """Class decorator: make a card available by its ``name``."""
+    if not cls.name:
+        raise InputError(f"{cls.__qualname__} must set a non-empty class attribute 'name'")
+    _REGISTERED[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """All registered model names (built-in and decorated), sorted."""
+    return sorted(set(BUILTIN_CARDS) | set(_REGISTERED))
+
+
+def card_class(name: str) -> type[ModelCard]:
+    """The card class for ``name``; imports its module on first use."""
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name not in BUILTIN_CARDS:
+        raise InputError(f"unknown model '{name}'; known models: {', '.join(names())}")
+    module_name, _, attr = BUILTIN_CARDS[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    _REGISTERED.setdefault(name, cls)
+    return cls
+
+
+def get_card(name: str, **options: Any) -> ModelCard:
+    """Instantiate the card registered as ``name``."""
+    return card_class(name)(**options)
