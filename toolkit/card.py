@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 
+from edgekit.tensorspec import TensorSpec
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -40,6 +42,31 @@ class GraphSpec:
     example_inputs: dict[str, torch.Tensor]
     output_names: list[str]
     dynamic_axes: dict[str, dict[int, str]] = field(default_factory=dict)
+
+    def io_specs(self) -> tuple[list[TensorSpec], list[TensorSpec]]:
+        """(inputs, outputs) TensorSpecs; outputs found by running the module once.
+
+        Dynamic axes become their names, e.g. ("batch", "sequence"); other dims stay ints.
+        """
+        import torch
+
+        def spec(name: str, tensor: torch.Tensor) -> TensorSpec:
+            axes = self.dynamic_axes.get(name, {})
+            shape = tuple(axes.get(i, int(d)) for i, d in enumerate(tensor.shape))
+            return TensorSpec(name, str(tensor.detach().cpu().numpy().dtype), shape)
+
+        inputs = [spec(n, t) for n, t in self.example_inputs.items()]
+        with torch.inference_mode():
+            out = self.module(*self.example_inputs.values())
+        if isinstance(out, dict):
+            out = list(out.values())
+        elif isinstance(out, torch.Tensor):
+            out = [out]
+        if len(out) != len(self.output_names):
+            raise ValueError(
+                f"graph '{self.name}' returns {len(out)} outputs but names {self.output_names}"
+            )
+        return inputs, [spec(n, t) for n, t in zip(self.output_names, out, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,251 @@
+"""The ``edgekit`` command line. Every heavy import happens inside a command, so --help is instant.
+
+Exit codes: 0 success; 1 a check failed (verification, self-test, accuracy budget);
+2 bad input or a missing dependency (the message says what and how to fix it).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+app = typer.Typer(
+    name="edgekit",
+    help="Export, quantize, verify and benchmark research models for edge devices.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+def handle_errors(fn: F) -> F:
+    """Turn edgekit's typed errors into one red line and the documented exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from edgekit.errors import EdgekitError, ParityError, SelfTestError
+
+        try:
+            return fn(*args, **kwargs)
+        except (ParityError, SelfTestError) as exc:
+            _console(stderr=True).print(f"[bold red]FAILED[/]: {exc}", highlight=False)
+            raise typer.Exit(1) from None
+        except EdgekitError as exc:
+            _console(stderr=True).print(f"[bold red]error[/]: {exc}", highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
+    from edgekit.module_card import parse_input_shapes
+
+    return parse_input_shapes(items or [])
+
+
+@app.command("models")
+@handle_errors
+def models_cmd() -> None:
+    """List the registered models (name, tier, task)."""
+    from rich.table import Table
+
+    from edgekit.registry import card_class, names
+
+    table = Table(title="edgekit models")
+    for col in ("name", "tier", "task", "summary"):
+        table.add_column(col)
+    for name in names():
+        cls = card_class(name)
+        table.add_row(name, cls.tier, cls.task, cls.summary)
+    _console().print(table)
+
+
+@app.command("runtimes")
+@handle_errors
+def runtimes_cmd() -> None:
+    """List runtime backends, whether they import here, and their devices."""
+    from rich.table import Table
+
+    from edgekit.runtimes import available_runtimes, get_runtime
+
+    table = Table(title="edgekit runtimes")
+    for col in ("runtime", "status", "formats", "devices"):
+        table.add_column(col)
+    for name, problem in available_runtimes().items():
+        if problem:
+            table.add_row(name, "[yellow]unavailable[/]", "", problem)
+        else:
+            rt = get_runtime(name)
+            table.add_row(name, "[green]ok[/]", ", ".join(rt.formats), ", ".join(rt.devices()))
+    _console().print(table)
+
+
+@app.command("train")
+@handle_errors
+def train_cmd(model: Annotated[str, typer.Argument(help="registered model name")]) -> None:
+    """Train a model's compact variant in-repo (cached under ~/.cache/edgekit)."""
+    from edgekit.registry import get_card
+
+    result = get_card(model).train()
+    _console().print(f"trained {model}: {result if result is not None else 'pretrained, nothing to train'}")
+
+
+@app.command("export")
+@handle_errors
+def export_cmd(
+    model: Annotated[str, typer.Argument(help="registered model name, or path/to/file.py:factory")],
+    to: Annotated[str, typer.Option("--to", help="format(s): onnx, openvino, tensorrt, torch (comma list)")] = "onnx",
+    precision: Annotated[str, typer.Option(help="fp32 | fp16 | int8 (comma list)")] = "fp32",
+    out: Annotated[Path | None, typer.Option(help="bundle directory (default bundles/<model>-<target>)")] = None,
+    input_shape: Annotated[list[str] | None, typer.Option("--input-shape", help="for module files: name=1x3x224x224")] = None,
+    calibration: Annotated[str | None, typer.Option(help="int8 calibration: minmax | entropy | percentile")] = None,
+    int8_mode: Annotated[str | None, typer.Option(help="int8: static (QDQ, calibrated) | dynamic")] = None,
+    per_channel: Annotated[bool, typer.Option(help="per-channel int8 weights")] = True,
+    fuse: Annotated[bool | None, typer.Option(help="ONNX Runtime transformer fusions (default: when the card declares them)")] = None,
+    opset: Annotated[int | None, typer.Option(help="ONNX opset (default: the card's)")] = None,
+    budget: Annotated[float | None, typer.Option(help="accepted relative drop of the task metric")] = None,
+    verify: Annotated[bool, typer.Option(help="verify against the torch reference before writing")] = True,
+    threads: Annotated[int | None, typer.Option(help="threads for verification sessions")] = None,
+) -> None:
+    """Export MODEL to one or more targets as verified bundles."""
+    from edgekit.build import build_bundle
+    from edgekit.exporters import ExportOptions, Target
+    from edgekit.sources import card_from_spec
+
+    card = card_from_spec(model, _parse_shapes(input_shape))
+    options = ExportOptions(opset, int8_mode, calibration, per_channel=per_channel, fuse=fuse)
+    targets = [Target.parse(f, p) for f in to.split(",") for p in precision.split(",")]
+    if out is not None and len(targets) > 1:
+        from edgekit.errors import InputError
+
+        raise InputError("--out names one bundle; drop it to export several targets")
+    for target in targets:
+        bundle, report = build_bundle(card, target, out, options, verify=verify, budget=budget, threads=threads)
+        _console().print(f"[green]wrote[/] {bundle.path} ({target})")
+        if report is not None:
+            from edgekit.reports import verify_table
+
+            _console().print(verify_table(report))
+
+
+@app.command("verify")
+@handle_errors
+def verify_cmd(
+    bundle: Annotated[Path, typer.Argument(help="bundle directory")],
+    runtime: Annotated[str | None, typer.Option(help="runtime (default: the bundle format's first)")] = None,
+    device: Annotated[str, typer.Option(help="device of the runtime")] = "cpu",
+    budget: Annotated[float | None, typer.Option(help="accepted relative drop of the task metric")] = None,
+    threads: Annotated[int | None, typer.Option()] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+) -> None:
+    """Verify BUNDLE on this machine against its torch reference; exit 1 on any miss."""
+    from edgekit.reports import verify_table
+    from edgekit.verify import require_pass, verify_bundle
+
+    report = verify_bundle(str(bundle), runtime=runtime, device=device, threads=threads, budget=budget)
+    _console().print(verify_table(report))
+    if json_out:
+        from edgekit.cache import atomic_write_text
+
+        atomic_write_text(json_out, json.dumps(report.to_json(), indent=2, default=float))
+    require_pass(report)
+
+
+@app.command("selftest")
+@handle_errors
+def selftest_cmd(
+    bundle: Annotated[Path, typer.Argument(help="bundle directory")],
+    runtime: Annotated[str | None, typer.Option()] = None,
+    device: Annotated[str, typer.Option()] = "cpu",
+) -> None:
+    """Re-run BUNDLE's golden I/O here; exit 1 if this machine does not reproduce it."""
+    from edgekit.selftest import selftest
+
+    result = selftest(str(bundle), runtime=runtime, device=device)
+    for graph, outputs in result.graphs.items():
+        for name, stats in outputs.items():
+            _console().print(f"[green]ok[/] {graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}:{device}")
+
+
+@app.command("info")
+@handle_errors
+def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -> None:
+    """Show what a bundle holds (integrity-checked)."""
+    from edgekit.bundle import Bundle
+
+    b = Bundle.load(bundle)
+    m = b.manifest
+    _console().print(f"[bold]{b.model}[/] {b.target}  tier={m.get('tier')} task={m.get('task')}")
+    for entry in b.graphs.values():
+        _console().print(f"  graph {entry.name}: {', '.join(entry.files)}")
+        for spec in entry.inputs:
+            _console().print(f"    in  {spec.describe()}")
+        for spec in entry.outputs:
+            _console().print(f"    out {spec.describe()}")
+    report = m.get("report") or {}
+    _console().print(f"  verified: {report.get('passed', 'not verified')}  versions: {m.get('versions')}")
+
+
+@app.command("eval")
+@handle_errors
+def eval_cmd(
+    model: Annotated[str, typer.Argument(help="registered model name")],
+    bundle: Annotated[Path | None, typer.Option(help="evaluate this bundle instead of torch")] = None,
+    runtime: Annotated[str | None, typer.Option()] = None,
+) -> None:
+    """Print MODEL's task metrics on its evaluation data (torch, or an exported bundle)."""
+    from edgekit.registry import get_card
+    from edgekit.verify import reference_runners
+
+    card = get_card(model)
+    if bundle is None:
+        runners, label = reference_runners(card), "torch"
+    else:
+        from edgekit.bundle import Bundle
+
+        b = Bundle.load(bundle)
+        runners, label = b.sessions(runtime=runtime), f"{b.target} on {runtime or b.default_runtime()}"
+    metrics = card.evaluate(runners)
+    for key, value in metrics.items():
+        _console().print(f"{model} [{label}] {key}: {value:.4f}")
+
+
+@app.command("pack")
+@handle_errors
+def pack_cmd(bundle: Path, archive: Path) -> None:
+    """Pack BUNDLE into a .tar archive for transfer."""
+    from edgekit.archive import pack
+
+    _console().print(f"wrote {pack(bundle, archive)}")
+
+
+@app.command("unpack")
+@handle_errors
+def unpack_cmd(archive: Path, dest: Path) -> None:
+    """Unpack and integrity-check a bundle archive."""
+    from edgekit.archive import unpack
+
+    _console().print(f"unpacked {unpack(archive, dest).path}")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="edgekit")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
