@@ -65,7 +65,7 @@ def unpack(
     target = Path(dest).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        tar = tarfile.open(tar_path, "r:*")
+        tar = tarfile.open(tar_path, "r:*")  # noqa: SIM115 - closed by the with-block below
     except (tarfile.TarError, OSError) as exc:
         raise BundleError(f"{tar_path} is not a readable tar archive: {exc}") from exc
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))

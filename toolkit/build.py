@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgekit.bundle import Bundle, BundleWriter, GraphEntry
+from edgekit.bundle import Bundle, BundleWriter, GraphEntry, check_io_matches, default_device
 from edgekit.card import ModelCard
 from edgekit.errors import ParityError
 from edgekit.exporters import ExportOptions, Target, format_module
@@ -40,7 +40,9 @@ def package_versions(names: tuple[str, ...] = VERSION_PACKAGES) -> dict[str, str
     return found
 
 
-def default_bundle_dir(card: ModelCard, target: Target, root: str | os.PathLike[str] = "bundles") -> Path:
+def default_bundle_dir(
+    card: ModelCard, target: Target, root: str | os.PathLike[str] = "bundles"
+) -> Path:
     """bundles/<model>-<format>-<precision>."""
     return Path(root) / f"{card.name}-{target}"
 
@@ -78,7 +80,10 @@ def build_bundle(
         )
     started = time.perf_counter()
     steps = 5 + (1 if verify else 0)
-    with step_progress(f"export {card.name} -> {target}", steps, progress) as step, BundleWriter(dest) as writer:
+    with (
+        step_progress(f"export {card.name} -> {target}", steps, progress) as step,
+        BundleWriter(dest) as writer,
+    ):
         step("building torch graphs")
         graphs = card.graphs()
         work = Path(tempfile.mkdtemp(prefix="edgekit-export-"))
@@ -88,14 +93,22 @@ def build_bundle(
                 step(f"exporting {graph.name} to ONNX")
                 onnx_path = None
                 if target.format != "torch":
-                    onnx_path = export_onnx(graph, work / f"{graph.name}.fp32.onnx", options.opset or card.opset)
+                    onnx_path = export_onnx(
+                        graph, work / f"{graph.name}.fp32.onnx", options.opset or card.opset
+                    )
                 step(f"converting {graph.name} to {target}")
                 artifacts.append(
-                    (graph, exporter.export_graph(graph, onnx_path, work / target.format, target.precision, card, options))
+                    (
+                        graph,
+                        exporter.export_graph(
+                            graph, onnx_path, work / target.format, target.precision, card, options
+                        ),
+                    )
                 )
             step("recording golden I/O")
             runtime_name = runtime or DEFAULT_RUNTIME_FOR_FORMAT[target.format][0]
             rt = get_runtime(runtime_name)
+            device = default_device(rt)
             golden_inputs = card.golden_inputs()
             reference = reference_runners(card)
             sessions = {}
@@ -103,18 +116,23 @@ def build_bundle(
             for graph, art in artifacts:
                 rels = [writer.add_file(f, f"graphs/{Path(f).name}") for f in art.files]
                 inputs, outputs = graph.io_specs()
-                session = rt.load(writer.path(rels[0]), "cpu", RuntimeOptions(threads))
+                session = rt.load(writer.path(rels[0]), device, RuntimeOptions(threads))
                 sessions[graph.name] = session
                 feeds = golden_inputs[graph.name]
                 golden = writer.add_golden(
                     graph.name, feeds, session.run(feeds), reference[graph.name].run(feeds)
                 )
                 entry = GraphEntry(
-                    graph.name, rels, art.format, art.precision, inputs, outputs, golden,
-                    tol.to_json(), art.details,
+                    graph.name,
+                    rels,
+                    art.format,
+                    art.precision,
+                    inputs,
+                    outputs,
+                    golden,
+                    tol.to_json(),
+                    art.details,
                 )
-                from edgekit.bundle import check_io_matches
-
                 check_io_matches(entry, *session.io())
                 writer.add_graph(entry)
             for rel, src in card.assets().items():
@@ -123,8 +141,14 @@ def build_bundle(
             if verify:
                 step("verifying against the torch reference")
                 report = verify_runners(
-                    card, sessions, target.precision, reference=reference,
-                    golden=golden_inputs, budget=budget, target=str(target), runtime=f"{runtime_name}:cpu",
+                    card,
+                    sessions,
+                    target.precision,
+                    reference=reference,
+                    golden=golden_inputs,
+                    budget=budget,
+                    target=str(target),
+                    runtime=f"{runtime_name}:{device}",
                 )
                 if not report.passed:
                     failed = dest.with_name(dest.name + ".failed-report.json")
@@ -132,7 +156,9 @@ def build_bundle(
                     try:
                         require_pass(report)
                     except ParityError as exc:
-                        raise ParityError(f"{exc} (report: {failed}; bundle not written)", exc.report) from None
+                        raise ParityError(
+                            f"{exc} (report: {failed}; bundle not written)", exc.report
+                        ) from None
             step("writing bundle")
             manifest: dict[str, Any] = {
                 "model": card.name,

@@ -119,7 +119,9 @@ class Bundle:
         """Open the bundle directory at ``path``; raise BundleError on any integrity problem."""
         root = Path(path)
         if root.is_file() and root.suffix == ".tar":
-            raise BundleError(f"{root} is a bundle archive; unpack it first (edgekit.archive.unpack)")
+            raise BundleError(
+                f"{root} is a bundle archive; unpack it first (edgekit.archive.unpack)"
+            )
         manifest_path = root / MANIFEST
         if not manifest_path.is_file():
             raise BundleError(f"{root} is not a bundle: {MANIFEST} is missing")
@@ -139,7 +141,9 @@ class Bundle:
         if verify_checksums:
             problems = bundle.integrity_problems()
             if problems:
-                raise BundleError(f"bundle {root} failed its integrity check: " + "; ".join(problems))
+                raise BundleError(
+                    f"bundle {root} failed its integrity check: " + "; ".join(problems)
+                )
         return bundle
 
     def integrity_problems(self) -> list[str]:
@@ -200,13 +204,19 @@ class Bundle:
         """Absolute path of a bundle-relative file."""
         return self._resolve(rel)
 
-    def golden(self, graph: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def golden(
+        self, graph: str | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
         """(inputs, artifact outputs, reference outputs) recorded at export time for ``graph``."""
         entry = self.graph(graph)
         if not entry.golden:
             raise BundleError(f"graph '{entry.name}' has no golden I/O")
         with np.load(self.file(entry.golden), allow_pickle=False) as data:
-            split: dict[str, dict[str, np.ndarray]] = {"input/": {}, "output/": {}, "reference/": {}}
+            split: dict[str, dict[str, np.ndarray]] = {
+                "input/": {},
+                "output/": {},
+                "reference/": {},
+            }
             for key in data.files:
                 for prefix, bucket in split.items():
                     if key.startswith(prefix):
@@ -231,13 +241,14 @@ class Bundle:
         self,
         graph: str | None = None,
         runtime: str | None = None,
-        device: str = "cpu",
+        device: str | None = None,
         threads: int | None = None,
         extra: dict[str, Any] | None = None,
     ) -> Any:
         """Load ``graph`` with ``runtime`` (default: the format's first usable runtime).
 
-        The session's inputs and outputs are checked against the manifest: a graph whose I/O
+        ``device`` defaults to "cpu" where the runtime has it, else the runtime's first device
+        (TensorRT: "cuda"). The session's inputs and outputs are checked against the manifest: a graph whose I/O
         names, dtypes or ranks differ from what bundle.json states is a BundleError.
         """
         from edgekit.runtimes import RuntimeOptions, get_runtime
@@ -249,6 +260,7 @@ class Bundle:
                 f"runtime '{rt.name}' loads {', '.join(rt.formats)}, not '{entry.format}' "
                 f"(graph '{entry.name}')"
             )
+        device = device or default_device(rt)
         sess = rt.load(self.file(entry.file), device, RuntimeOptions(threads, dict(extra or {})))
         check_io_matches(entry, *sess.io())
         return sess
@@ -258,9 +270,26 @@ class Bundle:
         return {name: self.session(name, **kwargs) for name in self.graphs}
 
 
-def check_io_matches(entry: GraphEntry, inputs: list[TensorSpec], outputs: list[TensorSpec]) -> None:
+def default_device(runtime: Any) -> str:
+    """ "cpu" when the runtime offers it, else its first device; DeviceUnavailableError if none."""
+    from edgekit.errors import DeviceUnavailableError
+
+    devices = runtime.devices()
+    if not devices:
+        raise DeviceUnavailableError(
+            f"runtime '{runtime.name}' has no usable device on this machine"
+        )
+    return "cpu" if "cpu" in devices else devices[0]
+
+
+def check_io_matches(
+    entry: GraphEntry, inputs: list[TensorSpec], outputs: list[TensorSpec]
+) -> None:
     """Raise BundleError when a loaded graph's I/O differs from the manifest's statement."""
-    for kind, stated, actual in (("input", entry.inputs, inputs), ("output", entry.outputs, outputs)):
+    for kind, stated, actual in (
+        ("input", entry.inputs, inputs),
+        ("output", entry.outputs, outputs),
+    ):
         by_name = {s.name: s for s in actual}
         stated_names = [s.name for s in stated]
         if sorted(by_name) != sorted(stated_names):

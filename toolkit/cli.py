@@ -101,24 +101,45 @@ def train_cmd(model: Annotated[str, typer.Argument(help="registered model name")
     from edgekit.registry import get_card
 
     result = get_card(model).train()
-    _console().print(f"trained {model}: {result if result is not None else 'pretrained, nothing to train'}")
+    _console().print(
+        f"trained {model}: {result if result is not None else 'pretrained, nothing to train'}"
+    )
 
 
 @app.command("export")
 @handle_errors
 def export_cmd(
     model: Annotated[str, typer.Argument(help="registered model name, or path/to/file.py:factory")],
-    to: Annotated[str, typer.Option("--to", help="format(s): onnx, openvino, tensorrt, torch (comma list)")] = "onnx",
+    to: Annotated[
+        str, typer.Option("--to", help="format(s): onnx, openvino, tensorrt, torch (comma list)")
+    ] = "onnx",
     precision: Annotated[str, typer.Option(help="fp32 | fp16 | int8 (comma list)")] = "fp32",
-    out: Annotated[Path | None, typer.Option(help="bundle directory (default bundles/<model>-<target>)")] = None,
-    input_shape: Annotated[list[str] | None, typer.Option("--input-shape", help="for module files: name=1x3x224x224")] = None,
-    calibration: Annotated[str | None, typer.Option(help="int8 calibration: minmax | entropy | percentile")] = None,
-    int8_mode: Annotated[str | None, typer.Option(help="int8: static (QDQ, calibrated) | dynamic")] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="bundle directory (default bundles/<model>-<target>)")
+    ] = None,
+    input_shape: Annotated[
+        list[str] | None, typer.Option("--input-shape", help="for module files: name=1x3x224x224")
+    ] = None,
+    calibration: Annotated[
+        str | None, typer.Option(help="int8 calibration: minmax | entropy | percentile")
+    ] = None,
+    int8_mode: Annotated[
+        str | None, typer.Option(help="int8: static (QDQ, calibrated) | dynamic")
+    ] = None,
     per_channel: Annotated[bool, typer.Option(help="per-channel int8 weights")] = True,
-    fuse: Annotated[bool | None, typer.Option(help="ONNX Runtime transformer fusions (default: when the card declares them)")] = None,
+    fuse: Annotated[
+        bool | None,
+        typer.Option(
+            help="ONNX Runtime transformer fusions (default: when the card declares them)"
+        ),
+    ] = None,
     opset: Annotated[int | None, typer.Option(help="ONNX opset (default: the card's)")] = None,
-    budget: Annotated[float | None, typer.Option(help="accepted relative drop of the task metric")] = None,
-    verify: Annotated[bool, typer.Option(help="verify against the torch reference before writing")] = True,
+    budget: Annotated[
+        float | None, typer.Option(help="accepted relative drop of the task metric")
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option(help="verify against the torch reference before writing")
+    ] = True,
     threads: Annotated[int | None, typer.Option(help="threads for verification sessions")] = None,
 ) -> None:
     """Export MODEL to one or more targets as verified bundles."""
@@ -134,7 +155,9 @@ def export_cmd(
 
         raise InputError("--out names one bundle; drop it to export several targets")
     for target in targets:
-        bundle, report = build_bundle(card, target, out, options, verify=verify, budget=budget, threads=threads)
+        bundle, report = build_bundle(
+            card, target, out, options, verify=verify, budget=budget, threads=threads
+        )
         _console().print(f"[green]wrote[/] {bundle.path} ({target})")
         if report is not None:
             from edgekit.reports import verify_table
@@ -146,9 +169,16 @@ def export_cmd(
 @handle_errors
 def verify_cmd(
     bundle: Annotated[Path, typer.Argument(help="bundle directory")],
-    runtime: Annotated[str | None, typer.Option(help="runtime (default: the bundle format's first)")] = None,
-    device: Annotated[str, typer.Option(help="device of the runtime")] = "cpu",
-    budget: Annotated[float | None, typer.Option(help="accepted relative drop of the task metric")] = None,
+    runtime: Annotated[
+        str | None, typer.Option(help="runtime (default: the bundle format's first)")
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="device of the runtime (default: cpu, or the runtime's first)"),
+    ] = None,
+    budget: Annotated[
+        float | None, typer.Option(help="accepted relative drop of the task metric")
+    ] = None,
     threads: Annotated[int | None, typer.Option()] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
 ) -> None:
@@ -156,7 +186,9 @@ def verify_cmd(
     from edgekit.reports import verify_table
     from edgekit.verify import require_pass, verify_bundle
 
-    report = verify_bundle(str(bundle), runtime=runtime, device=device, threads=threads, budget=budget)
+    report = verify_bundle(
+        str(bundle), runtime=runtime, device=device, threads=threads, budget=budget
+    )
     _console().print(verify_table(report))
     if json_out:
         from edgekit.cache import atomic_write_text
@@ -170,7 +202,10 @@ def verify_cmd(
 def selftest_cmd(
     bundle: Annotated[Path, typer.Argument(help="bundle directory")],
     runtime: Annotated[str | None, typer.Option()] = None,
-    device: Annotated[str, typer.Option()] = "cpu",
+    device: Annotated[
+        str | None,
+        typer.Option(help="device of the runtime (default: cpu, or the runtime's first)"),
+    ] = None,
 ) -> None:
     """Re-run BUNDLE's golden I/O here; exit 1 if this machine does not reproduce it."""
     from edgekit.selftest import selftest
@@ -178,7 +213,9 @@ def selftest_cmd(
     result = selftest(str(bundle), runtime=runtime, device=device)
     for graph, outputs in result.graphs.items():
         for name, stats in outputs.items():
-            _console().print(f"[green]ok[/] {graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}:{device}")
+            _console().print(
+                f"[green]ok[/] {graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}"
+            )
 
 
 @app.command("info")
@@ -197,14 +234,18 @@ def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -
         for spec in entry.outputs:
             _console().print(f"    out {spec.describe()}")
     report = m.get("report") or {}
-    _console().print(f"  verified: {report.get('passed', 'not verified')}  versions: {m.get('versions')}")
+    _console().print(
+        f"  verified: {report.get('passed', 'not verified')}  versions: {m.get('versions')}"
+    )
 
 
 @app.command("eval")
 @handle_errors
 def eval_cmd(
     model: Annotated[str, typer.Argument(help="registered model name")],
-    bundle: Annotated[Path | None, typer.Option(help="evaluate this bundle instead of torch")] = None,
+    bundle: Annotated[
+        Path | None, typer.Option(help="evaluate this bundle instead of torch")
+    ] = None,
     runtime: Annotated[str | None, typer.Option()] = None,
 ) -> None:
     """Print MODEL's task metrics on its evaluation data (torch, or an exported bundle)."""
@@ -218,7 +259,10 @@ def eval_cmd(
         from edgekit.bundle import Bundle
 
         b = Bundle.load(bundle)
-        runners, label = b.sessions(runtime=runtime), f"{b.target} on {runtime or b.default_runtime()}"
+        runners, label = (
+            b.sessions(runtime=runtime),
+            f"{b.target} on {runtime or b.default_runtime()}",
+        )
     metrics = card.evaluate(runners)
     for key, value in metrics.items():
         _console().print(f"{model} [{label}] {key}: {value:.4f}")

@@ -13,7 +13,9 @@ def verify_table(report: VerifyReport) -> Any:
 
     verdict = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
     budget = f", budget {report.budget:g}" if report.budget is not None else ""
-    table = Table(title=f"verify {report.model} {report.target} on {report.runtime}{budget}: {verdict}")
+    table = Table(
+        title=f"verify {report.model} {report.target} on {report.runtime}{budget}: {verdict}"
+    )
     for col in ("check", "value", "limit", "", "detail"):
         table.add_column(col)
     for c in report.checks:
@@ -26,5 +28,7 @@ def verify_table(report: VerifyReport) -> Any:
         )
     ref, cand = report.task.get("reference", {}), report.task.get("candidate", {})
     for key in ref:
-        table.add_row(f"metric {key}", f"{cand.get(key, float('nan')):.5g}", f"torch {ref[key]:.5g}", "", "")
+        table.add_row(
+            f"metric {key}", f"{cand.get(key, float('nan')):.5g}", f"torch {ref[key]:.5g}", "", ""
+        )
     return table

@@ -25,7 +25,7 @@ class SelfTestResult:
 
 
 def selftest(
-    path: str, runtime: str | None = None, device: str = "cpu", threads: int | None = None
+    path: str, runtime: str | None = None, device: str | None = None, threads: int | None = None
 ) -> SelfTestResult:
     """Run every graph's golden inputs and compare with its recorded outputs.
 
@@ -39,11 +39,14 @@ def selftest(
             raise SelfTestError(f"graph '{name}' ships no golden I/O; it cannot be self-tested")
         inputs, expected, _ = bundle.golden(name)
         session = bundle.session(name, runtime=result.runtime, device=device, threads=threads)
-        tol = Tolerance(float(entry.tolerance.get("atol", 1e-4)), float(entry.tolerance.get("rtol", 1e-3)))
+        tol = Tolerance(
+            float(entry.tolerance.get("atol", 1e-4)), float(entry.tolerance.get("rtol", 1e-3))
+        )
         result.graphs[name] = tensor_parity(expected, session.run(inputs), tol)
     if not result.passed:
         misses = [
-            f"{g}/{o}: " + (s.get("reason") or f"max|d|={s['max_abs']:.3g}, {s['violations']} elements out")
+            f"{g}/{o}: "
+            + (s.get("reason") or f"max|d|={s['max_abs']:.3g}, {s['violations']} elements out")
             for g, outs in result.graphs.items()
             for o, s in outs.items()
             if not s.get("passed")

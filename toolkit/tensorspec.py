@@ -41,7 +41,10 @@ class TensorSpec:
         """True when ``shape`` fits: same rank, fixed dims equal, dynamic dims any size >= 1."""
         if len(shape) != len(self.shape):
             return False
-        return all(isinstance(d, str) or d == s for d, s in zip(self.shape, shape, strict=True))
+        return all(
+            (s >= 1) if isinstance(d, str) else d == s
+            for d, s in zip(self.shape, shape, strict=True)
+        )
 
     def describe(self) -> str:
         dims = "x".join(str(d) for d in self.shape) or "scalar"

@@ -116,7 +116,14 @@ def verify_runners(
         for out_name, stats in per_output.items():
             if "reason" in stats:
                 report.checks.append(
-                    Check(f"tensor {graph}/{out_name}", float("nan"), 0.0, "max", False, stats["reason"])
+                    Check(
+                        f"tensor {graph}/{out_name}",
+                        float("nan"),
+                        0.0,
+                        "max",
+                        False,
+                        stats["reason"],
+                    )
                 )
                 continue
             report.checks.append(
@@ -157,7 +164,9 @@ def verify_runners(
             )
             continue
         kind = "max" if metric.endswith(("_rate", "_error")) else "min"
-        report.checks.append(_limit_check(f"agreement {metric}", report.agreement[metric], floor, kind))
+        report.checks.append(
+            _limit_check(f"agreement {metric}", report.agreement[metric], floor, kind)
+        )
     return report
 
 
@@ -181,7 +190,7 @@ def verify_bundle(
     path: str,
     *,
     runtime: str | None = None,
-    device: str = "cpu",
+    device: str | None = None,
     threads: int | None = None,
     budget: float | None = None,
     card: ModelCard | None = None,
@@ -206,5 +215,5 @@ def verify_bundle(
         golden=golden,
         budget=budget,
         target=bundle.target,
-        runtime=f"{runtime_name}:{device}",
+        runtime=f"{runtime_name}:{device or 'default'}",
     )

@@ -1,0 +1,42 @@
+# edgekit — the two commands a new user needs: `make demo` and `make test`.
+# Both create the virtual environment on first use (torch 2.13.0 CPU first, then edgekit).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.edgekit-installed
+TORCH ?= torch==2.13.0
+THREADS ?= 2
+
+.PHONY: setup demo test lint format bench bench-optimum clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Export the demo models to every format this machine supports, verify, benchmark side by side.
+demo: $(STAMP)
+	$(BIN)/edgekit demo --threads $(THREADS)
+
+## The test suite (what CI runs).
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## MiniLM side by side with Hugging Face Optimum (builds Optimum in its own venv).
+bench-optimum: $(STAMP)
+	bash scripts/bench_optimum_peer.sh
+
+clean:
+	rm -rf bundles out

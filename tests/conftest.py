@@ -1,0 +1,79 @@
+"""Shared fixtures: a tiny hand-built ONNX bundle for format, archive and CLI tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def write_tiny_onnx(path: Path) -> Path:
+    """y = x @ W + b with x float32 (batch, 4) -> y float32 (batch, 3), built with onnx.helper."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["y"]),
+        ],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+    return path
+
+
+def make_tiny_bundle(dest: Path, work: Path) -> Path:
+    """A valid one-graph ONNX bundle with golden I/O computed by ONNX Runtime."""
+    import onnxruntime as ort
+
+    from edgekit.bundle import BundleWriter, GraphEntry
+    from edgekit.tensorspec import TensorSpec
+
+    work.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_onnx(work / "tiny.onnx")
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    (y,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    with BundleWriter(dest) as writer:
+        rel = writer.add_file(model, "graphs/tiny.onnx")
+        golden = writer.add_golden("main", {"x": x}, {"y": y}, {"y": y})
+        writer.add_graph(
+            GraphEntry(
+                "main",
+                [rel],
+                "onnx",
+                "fp32",
+                [TensorSpec("x", "float32", ("batch", 4))],
+                [TensorSpec("y", "float32", ("batch", 3))],
+                golden,
+                {"atol": 1e-5, "rtol": 1e-4},
+            )
+        )
+        writer.commit(
+            {
+                "model": "tiny",
+                "tier": "edge",
+                "task": "test",
+                "target": {"format": "onnx", "precision": "fp32"},
+            }
+        )
+    return dest
+
+
+@pytest.fixture
+def tiny_bundle(tmp_path: Path) -> Path:
+    return make_tiny_bundle(tmp_path / "tiny-bundle", tmp_path / "work")
