@@ -158,7 +158,7 @@ def _measure_bundle(target: BenchTarget, config: BenchConfig) -> dict[str, Any]:
     runtime = target.runtime or bundle.default_runtime(entry.name)
     session = bundle.session(entry.name, runtime, config.device, config.threads)
     loaded = clock()
-    feeds = batch_feeds(bundle.golden(entry.name)[0], session.inputs, config.batch)
+    feeds = batch_feeds(bundle.golden(entry.name)[0], entry.inputs, config.batch)
     timing = bench_session(session, feeds, config)
     size = sum(bundle.file(rel).stat().st_size for rel in entry.files) / 1e6
     row = dict(model=bundle.model, target=f"{entry.format}-{entry.precision}", graph=entry.name)
@@ -360,7 +360,7 @@ def overhead(
     provider_options = [inner.get_provider_options().get(p, {}) for p in providers]
     bare = ort.InferenceSession(str(bundle.file(entry.file)), options, providers, provider_options)
     names = [o.name for o in bare.get_outputs()]
-    feeds = batch_feeds(bundle.golden(entry.name)[0], wrapped.inputs, batch)
+    feeds = batch_feeds(bundle.golden(entry.name)[0], entry.inputs, batch)
     calls = (lambda: wrapped.run(feeds), lambda: bare.run(names, feeds))
     for _ in range(warmup):
         calls[0](), calls[1]()

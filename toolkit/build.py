@@ -24,21 +24,6 @@ from edgekit.exporters import ExportOptions, Target, format_module
 from edgekit.progress import step_progress
 from edgekit.verify import VerifyReport, require_pass, verify_runners
 
-VERSION_PACKAGES = ("edgekit", "torch", "onnx", "onnxruntime", "openvino", "nncf", "tensorrt")
-
-
-def package_versions(names: tuple[str, ...] = VERSION_PACKAGES) -> dict[str, str]:
-    """Installed versions of the packages that shape an artifact (absent ones are left out)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {}
-    for name in names:
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            continue
-    return found
-
 
 def default_bundle_dir(
     card: ModelCard, target: Target, root: str | os.PathLike[str] = "bundles"
@@ -65,6 +50,7 @@ def build_bundle(
     the target's SDK is absent, ExportError when a converter refuses the model.
     """
     from edgekit.devices.profiles import detect_profile
+    from edgekit.envinfo import package_versions
     from edgekit.exporters.onnx import export_onnx
     from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, RuntimeOptions, get_runtime
     from edgekit.verify import reference_runners

@@ -218,6 +218,86 @@ def selftest_cmd(
             )
 
 
+@app.command("bench")
+@handle_errors
+def bench_cmd(
+    items: Annotated[
+        list[str], typer.Argument(help="bundle directories and/or model names (eager torch row)")
+    ],
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option("--runtime", help="runtime(s) to run each bundle on (repeat)"),
+    ] = None,
+    threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
+    batch: Annotated[
+        int, typer.Option(help="batch size (golden inputs tiled along the batch axis)")
+    ] = 1,
+    iterations: Annotated[int, typer.Option(help="timed iterations")] = 100,
+    warmup: Annotated[int, typer.Option(help="untimed warm-up iterations")] = 10,
+    duration: Annotated[
+        float | None, typer.Option(help="time each target for this many seconds instead")
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the report JSON here")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option(help="write a latency plot PNG here")] = None,
+    extra_results: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--extra-results", help="merge rows of another bench JSON (e.g. the Optimum peer)"
+        ),
+    ] = None,
+    check_overhead: Annotated[
+        bool,
+        typer.Option(
+            "--overhead", help="also time edgekit's Session.run against a bare onnxruntime session"
+        ),
+    ] = False,
+) -> None:
+    """Benchmark bundles and models side by side: p50/p90/p99, load, first run, RSS, size."""
+    from edgekit.bench import BenchConfig, bench_many, expand_targets, overhead
+    from edgekit.benchplot import plot_report
+    from edgekit.benchtable import print_overhead, print_report, rows_summary, write_report
+
+    config = BenchConfig(
+        warmup=warmup, iterations=iterations, duration_s=duration, threads=threads, batch=batch
+    )
+    targets = expand_targets(items, runtime or [])
+    report = bench_many(targets, config, extra_results=extra_results or [])
+    print_report(report)
+    if json_out:
+        _console().print(f"wrote {write_report(report, json_out)}")
+    if plot:
+        _console().print(f"wrote {plot_report(report, plot)}")
+    if check_overhead:
+        for item in items:
+            if (Path(item) / "bundle.json").is_file():
+                print_overhead(overhead(item, threads=threads, batch=batch))
+    if rows_summary(report["results"])["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command("demo")
+@handle_errors
+def demo_cmd(
+    threads: Annotated[
+        int | None, typer.Option(help="intra-op threads for verification and bench")
+    ] = 2,
+    out: Annotated[Path, typer.Option(help="where bench JSON and plots go")] = Path("out/demo"),
+    bundles: Annotated[Path, typer.Option(help="where bundles go")] = Path("bundles"),
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="limit to these models (repeat)")
+    ] = None,
+    iterations: Annotated[int, typer.Option(help="timed iterations per bench row")] = 100,
+) -> None:
+    """Export the demo models to every target this machine supports, verify, and benchmark."""
+    from edgekit.demo import DEMO_MODELS, run_demo
+
+    failures = run_demo(threads, out, bundles, tuple(model or DEMO_MODELS), iterations=iterations)
+    if failures:
+        raise typer.Exit(1)
+
+
 @app.command("info")
 @handle_errors
 def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -> None:

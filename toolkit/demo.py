@@ -1,0 +1,160 @@
+"""``edgekit demo``: the main job on the embedded default, end to end.
+
+Exports the demo models to every target this machine supports, verifies each bundle against
+its torch reference, then benchmarks eager torch and every bundle side by side (one table per
+model, JSON and PNG written under ``out``). Targets whose SDK or device is missing here are
+listed with the reason, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEMO_MODELS = ("minilm", "photo-cnn")
+DEMO_TARGETS = (
+    "onnx-fp32",
+    "onnx-int8",
+    "openvino-fp32",
+    "openvino-fp16",
+    "openvino-int8",
+    "tensorrt-fp16",
+    "tensorrt-int8",
+)
+
+
+@dataclass
+class ExportOutcome:
+    model: str
+    target: str
+    status: str  # "verified" | "failed" | "unavailable"
+    bundle: str | None = None
+    detail: str = ""
+    metric: str = ""
+
+
+def target_available(target: str) -> str | None:
+    """None when ``target`` can be exported and run here, else the reason it cannot."""
+    from edgekit.errors import EdgekitError
+    from edgekit.exporters import Target, format_module
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, get_runtime
+
+    fmt = Target.parse(target).format
+    try:
+        format_module(fmt)
+        runtime = get_runtime(DEFAULT_RUNTIME_FOR_FORMAT[fmt][0])
+        if not runtime.devices():
+            return f"runtime '{runtime.name}' has no device on this machine"
+    except (EdgekitError, ImportError) as exc:
+        return str(exc)
+    return None
+
+
+def export_all(
+    models: tuple[str, ...], targets: tuple[str, ...], bundles: Path, threads: int | None
+) -> list[ExportOutcome]:
+    """Export and verify every (model, target); failures are recorded, not raised."""
+    from edgekit.build import build_bundle
+    from edgekit.errors import EdgekitError, ParityError
+    from edgekit.exporters import ExportOptions, Target
+    from edgekit.registry import get_card
+
+    outcomes = []
+    reasons = {t: target_available(t) for t in targets}
+    for model in models:
+        card = get_card(model)
+        for target in targets:
+            if reasons[target]:
+                outcomes.append(ExportOutcome(model, target, "unavailable", detail=reasons[target]))
+                continue
+            dest = bundles / f"{model}-{target}"
+            try:
+                bundle, report = build_bundle(
+                    card, Target.parse(target), dest, ExportOptions(), threads=threads
+                )
+            except ParityError as exc:
+                outcomes.append(ExportOutcome(model, target, "failed", detail=str(exc)))
+                continue
+            except EdgekitError as exc:
+                outcomes.append(ExportOutcome(model, target, "failed", detail=str(exc)))
+                continue
+            metric = ""
+            if report and card.primary_metric:
+                ref = report.task["reference"].get(card.primary_metric, float("nan"))
+                got = report.task["candidate"].get(card.primary_metric, float("nan"))
+                metric = f"{card.primary_metric} {got:.4f} (torch {ref:.4f})"
+            outcomes.append(
+                ExportOutcome(model, target, "verified", str(bundle.path), metric=metric)
+            )
+    return outcomes
+
+
+def outcome_table(outcomes: list[ExportOutcome]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="edgekit demo: export + verify")
+    for col in ("model", "target", "status", "task metric (artifact vs torch)", "detail"):
+        table.add_column(col, overflow="fold")
+    colours = {"verified": "green", "failed": "red", "unavailable": "yellow"}
+    for o in outcomes:
+        detail = o.bundle or o.detail
+        table.add_row(
+            o.model, o.target, f"[{colours[o.status]}]{o.status}[/]", o.metric, detail[:160]
+        )
+    return table
+
+
+def run_demo(
+    threads: int | None = 2,
+    out: Path = Path("out/demo"),
+    bundles: Path = Path("bundles"),
+    models: tuple[str, ...] = DEMO_MODELS,
+    targets: tuple[str, ...] = DEMO_TARGETS,
+    iterations: int = 100,
+) -> int:
+    """Run the demo; return the number of failed exports or benchmark rows (0 = all good)."""
+    from rich.console import Console
+
+    from edgekit.bench import BenchConfig, BenchTarget, bench_many
+    from edgekit.benchplot import plot_report
+    from edgekit.benchtable import print_report, rows_summary, write_report
+
+    console = Console()
+    outcomes = export_all(models, targets, bundles, threads)
+    console.print(outcome_table(outcomes))
+    failures = sum(o.status == "failed" for o in outcomes)
+    config = BenchConfig(warmup=10, iterations=iterations, threads=threads)
+    written = []
+    for model in models:
+        rows: list[BenchTarget] = [BenchTarget(card=model)]
+        for o in outcomes:
+            if o.model != model or o.status != "verified" or not o.bundle:
+                continue
+            fmt = o.target.split("-")[0]
+            runtimes = [
+                n for n in ("onnxruntime", "openvino", "tensorrt") if fmt in get_runtime_formats(n)
+            ]
+            rows += [BenchTarget(bundle=o.bundle, runtime=r) for r in runtimes]
+        report = bench_many(rows, config)
+        print_report(report, console, title=f"edgekit bench: {model} (batch 1, {threads} threads)")
+        failures += rows_summary(report["results"])["failed"]
+        written += [
+            write_report(report, out / f"{model}-bench.json"),
+            plot_report(report, out / f"{model}-bench.png"),
+        ]
+    console.print("bundles: " + ", ".join(o.bundle for o in outcomes if o.bundle))
+    console.print("reports: " + ", ".join(str(p) for p in written))
+    return failures
+
+
+def get_runtime_formats(name: str) -> tuple[str, ...]:
+    """Formats runtime ``name`` loads, or () when it is unavailable here."""
+    from edgekit.errors import EdgekitError
+    from edgekit.runtimes import get_runtime
+
+    try:
+        runtime = get_runtime(name)
+        return runtime.formats if runtime.devices() else ()
+    except (EdgekitError, ImportError):
+        return ()
