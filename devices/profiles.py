@@ -73,4 +73,8 @@ def detect_profile() -> DeviceProfile:
         return PROFILES["jetson-orin"]
     if platform.machine().lower() in ("x86_64", "amd64"):
         return PROFILES["x86-cpu"]
-    return PROFILES["raspberry-pi-5"] if platform.machine().startswith("aarch64") else PROFILES["x86-cpu"]
+    return (
+        PROFILES["raspberry-pi-5"]
+        if platform.machine().startswith("aarch64")
+        else PROFILES["x86-cpu"]
+    )

@@ -19,7 +19,9 @@ FORMAT_MODULES: dict[str, str] = {
 def format_module(fmt: str) -> ModuleType:
     """The exporter module for ``fmt`` (may raise MissingDependencyError on import)."""
     if fmt not in FORMAT_MODULES:
-        raise InputError(f"unknown export format '{fmt}'; expected one of {', '.join(FORMAT_MODULES)}")
+        raise InputError(
+            f"unknown export format '{fmt}'; expected one of {', '.join(FORMAT_MODULES)}"
+        )
     return importlib.import_module(FORMAT_MODULES[fmt])
 
 

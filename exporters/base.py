@@ -36,9 +36,7 @@ class Target:
         if fmt not in FORMATS:
             raise InputError(f"unknown export format '{fmt}'; expected one of {', '.join(FORMATS)}")
         if prec not in PRECISIONS:
-            raise InputError(
-                f"unknown precision '{prec}'; expected one of {', '.join(PRECISIONS)}"
-            )
+            raise InputError(f"unknown precision '{prec}'; expected one of {', '.join(PRECISIONS)}")
         return cls(fmt, prec)
 
     def __str__(self) -> str:

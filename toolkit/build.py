@@ -17,7 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from edgekit.bundle import Bundle, BundleWriter, GraphEntry, check_io_matches, default_device
+from edgekit.bundle import (
+    Bundle,
+    BundleWriter,
+    GraphEntry,
+    check_io_matches,
+    default_device,
+    runtime_options,
+)
 from edgekit.card import ModelCard
 from edgekit.errors import ParityError
 from edgekit.exporters import ExportOptions, Target, format_module
@@ -52,7 +59,7 @@ def build_bundle(
     from edgekit.devices.profiles import detect_profile
     from edgekit.envinfo import package_versions
     from edgekit.exporters.onnx import export_onnx
-    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, RuntimeOptions, get_runtime
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, get_runtime
     from edgekit.verify import reference_runners
 
     options = options or ExportOptions()
@@ -102,12 +109,6 @@ def build_bundle(
             for graph, art in artifacts:
                 rels = [writer.add_file(f, f"graphs/{Path(f).name}") for f in art.files]
                 inputs, outputs = graph.io_specs()
-                session = rt.load(writer.path(rels[0]), device, RuntimeOptions(threads))
-                sessions[graph.name] = session
-                feeds = golden_inputs[graph.name]
-                golden = writer.add_golden(
-                    graph.name, feeds, session.run(feeds), reference[graph.name].run(feeds)
-                )
                 entry = GraphEntry(
                     graph.name,
                     rels,
@@ -115,11 +116,18 @@ def build_bundle(
                     art.precision,
                     inputs,
                     outputs,
-                    golden,
-                    tol.to_json(),
-                    art.details,
+                    tolerance=tol.to_json(),
+                    details=art.details,
+                )
+                session = rt.load(
+                    writer.path(rels[0]), device, runtime_options(entry, rt.name, threads)
                 )
                 check_io_matches(entry, *session.io())
+                sessions[graph.name] = session
+                feeds = golden_inputs[graph.name]
+                entry.golden = writer.add_golden(
+                    graph.name, feeds, session.run(feeds), reference[graph.name].run(feeds)
+                )
                 writer.add_graph(entry)
             for rel, src in card.assets().items():
                 writer.add_file(src, f"assets/{rel}")

@@ -251,7 +251,7 @@ class Bundle:
         (TensorRT: "cuda"). The session's inputs and outputs are checked against the manifest: a graph whose I/O
         names, dtypes or ranks differ from what bundle.json states is a BundleError.
         """
-        from edgekit.runtimes import RuntimeOptions, get_runtime
+        from edgekit.runtimes import get_runtime
 
         entry = self.graph(graph)
         rt = get_runtime(runtime or self.default_runtime(entry.name))
@@ -261,13 +261,31 @@ class Bundle:
                 f"(graph '{entry.name}')"
             )
         device = device or default_device(rt)
-        sess = rt.load(self.file(entry.file), device, RuntimeOptions(threads, dict(extra or {})))
+        sess = rt.load(
+            self.file(entry.file), device, runtime_options(entry, rt.name, threads, extra)
+        )
         check_io_matches(entry, *sess.io())
         return sess
 
     def sessions(self, **kwargs: Any) -> dict[str, Any]:
         """A session for every graph, keyed by graph name."""
         return {name: self.session(name, **kwargs) for name in self.graphs}
+
+
+def runtime_options(
+    entry: GraphEntry, runtime: str, threads: int | None, extra: Mapping[str, Any] | None = None
+) -> Any:
+    """RuntimeOptions for loading ``entry`` on ``runtime``: the artifact's own load-time settings
+    (e.g. ``details["ort_session_config"]`` that keeps a disabled fusion disabled) plus ``extra``."""
+    from edgekit.runtimes import RuntimeOptions
+
+    merged: dict[str, Any] = dict(extra or {})
+    if runtime == "onnxruntime" and entry.details.get("ort_session_config"):
+        merged["session_config"] = {
+            **entry.details["ort_session_config"],
+            **dict(merged.get("session_config") or {}),
+        }
+    return RuntimeOptions(threads, merged)
 
 
 def default_device(runtime: Any) -> str:

@@ -92,6 +92,7 @@ class ModelCard:
     name: ClassVar[str] = ""
     tier: ClassVar[str] = "edge"  # "edge" | "server"
     task: ClassVar[str] = ""
+    architecture: ClassVar[str] = ""  # "transformer" | "cnn" | ...: picks int8 recipes (NNCF type)
     summary: ClassVar[str] = ""
     opset: ClassVar[int] = 17
     primary_metric: ClassVar[str | None] = None

@@ -37,15 +37,17 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from rich.markup import escape
+
         from edgekit.errors import EdgekitError, ParityError, SelfTestError
 
         try:
             return fn(*args, **kwargs)
         except (ParityError, SelfTestError) as exc:
-            _console(stderr=True).print(f"[bold red]FAILED[/]: {exc}", highlight=False)
+            _console(stderr=True).print(f"[bold red]FAILED[/]: {escape(str(exc))}", highlight=False)
             raise typer.Exit(1) from None
         except EdgekitError as exc:
-            _console(stderr=True).print(f"[bold red]error[/]: {exc}", highlight=False)
+            _console(stderr=True).print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]

@@ -91,6 +91,7 @@ def export_all(
 
 
 def outcome_table(outcomes: list[ExportOutcome]) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="edgekit demo: export + verify")

@@ -9,6 +9,7 @@ from edgekit.verify import VerifyReport
 
 def verify_table(report: VerifyReport) -> Any:
     """A rich Table: one row per check with value, limit and verdict; the title says pass/fail."""
+    from rich.markup import escape
     from rich.table import Table
 
     verdict = "[green]PASS[/]" if report.passed else "[red]FAIL[/]"
@@ -24,7 +25,7 @@ def verify_table(report: VerifyReport) -> Any:
             f"{c.value:.5g}",
             f"{'>=' if c.kind == 'min' else '<='} {c.limit:.5g}",
             "[green]ok[/]" if c.passed else "[red]miss[/]",
-            c.detail,
+            escape(c.detail),
         )
     ref, cand = report.task.get("reference", {}), report.task.get("candidate", {})
     for key in ref:

@@ -1,0 +1,116 @@
+"""The "openvino" target: OpenVINO IR (model.xml + model.bin) in fp32, fp16 or NNCF int8.
+
+fp32/fp16 convert the plain fp32 ONNX graph (fp16 compresses the weights; OpenVINO picks the
+compute precision per device at compile time). int8 runs NNCF post-training quantization on the
+card's calibration feeds; transformers get NNCF's transformer scheme (ModelType.TRANSFORMER,
+which keeps sensitive ops such as softmax and layer norms in float).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from edgekit.errors import ExportError, InputError, MissingDependencyError
+from edgekit.exporters.base import Artifact, ExportOptions
+
+try:
+    import openvino as ov
+except ImportError as exc:  # pragma: no cover - openvino is a core dependency
+    raise MissingDependencyError("OpenVINO export", "openvino") from exc
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.card import GraphSpec, ModelCard
+
+PRECISIONS = ("fp32", "fp16", "int8")
+# card.calibration_method -> NNCF activation range estimator (NNCF has no "entropy" estimator;
+# its histogram estimator is the closest distribution-aware choice).
+RANGE_ESTIMATORS = {"minmax": "MINMAX", "percentile": "MEAN_QUANTILE", "entropy": "HISTOGRAM"}
+
+
+def export_graph(
+    graph: GraphSpec,
+    onnx_path: Path | None,
+    out_dir: Path,
+    precision: str,
+    card: ModelCard,
+    options: ExportOptions,
+) -> Artifact:
+    """Convert the fp32 ONNX file of ``graph`` to OpenVINO IR at ``precision``.
+
+    Returns an Artifact whose files are [<graph>.xml, <graph>.bin]; I/O names and dynamic
+    dims are those of the ONNX graph, e.g. image f32 [?,3,64,64] -> logits f32 [?,10].
+    """
+    if precision not in PRECISIONS:
+        raise InputError(f"openvino exports {', '.join(PRECISIONS)}, not '{precision}'")
+    if onnx_path is None or not Path(onnx_path).is_file():
+        raise InputError(
+            f"openvino export needs the fp32 ONNX file of '{graph.name}', got {onnx_path}"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        model = ov.convert_model(str(onnx_path))
+    except Exception as exc:
+        raise ExportError(f"OpenVINO could not convert {Path(onnx_path).name}: {exc}") from exc
+    details: dict[str, Any] = {
+        "openvino": ov.get_version(),
+        "compress_to_fp16": precision == "fp16",
+    }
+    if precision == "int8":
+        model, nncf_details = quantize_nncf(model, graph, card, options)
+        details["int8"] = nncf_details
+    model.set_rt_info(card.name, ["edgekit", "model"])
+    model.set_rt_info(graph.name, ["edgekit", "graph"])
+    model.set_rt_info(precision, ["edgekit", "precision"])
+    suffix = "" if precision == "fp32" else f".{precision}"
+    xml = out_dir / f"{graph.name}{suffix}.xml"
+    ov.save_model(model, str(xml), compress_to_fp16=precision == "fp16")
+    return Artifact(graph.name, [xml, xml.with_suffix(".bin")], "openvino", precision, details)
+
+
+def quantize_nncf(
+    model: ov.Model, graph: GraphSpec, card: ModelCard, options: ExportOptions
+) -> tuple[ov.Model, dict[str, Any]]:
+    """NNCF post-training int8 quantization of ``model`` on the card's calibration feeds."""
+    try:
+        import nncf
+        from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
+        from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+    except ImportError as exc:
+        raise MissingDependencyError("OpenVINO int8 export", "nncf") from exc
+    from edgekit.exporters.onnx_int8 import (
+        calibration_feeds,
+        is_transformer,
+        resolve_calibration_method,
+    )
+
+    method = resolve_calibration_method(card, options)
+    feeds = calibration_feeds(graph, card, options.calibration_size)
+    transformer = is_transformer(card)
+    estimator = RANGE_ESTIMATORS[method]
+    advanced = AdvancedQuantizationParameters(
+        activations_range_estimator_params=getattr(RangeEstimatorParametersSet, estimator)
+    )
+    try:
+        quantized = nncf.quantize(
+            model,
+            nncf.Dataset(feeds),
+            model_type=nncf.ModelType.TRANSFORMER if transformer else None,
+            subset_size=len(feeds),
+            # Fast bias correction cost photo-cnn 3 points of top-1 agreement (0.968 vs 0.999
+            # with the full algorithm); transformers keep NNCF's default.
+            fast_bias_correction=transformer,
+            advanced_parameters=advanced,
+        )
+    except Exception as exc:
+        raise ExportError(f"NNCF int8 quantization of graph '{graph.name}' failed: {exc}") from exc
+    fake_quantize = sum(1 for op in quantized.get_ops() if op.get_type_name() == "FakeQuantize")
+    return quantized, {
+        "tool": f"nncf {nncf.__version__}",
+        "model_type": "transformer" if transformer else "default",
+        "calibration_method": method,
+        "range_estimator": estimator,
+        "calibration_samples": len(feeds),
+        "nodes_quantized": fake_quantize,
+    }

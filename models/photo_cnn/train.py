@@ -1,0 +1,178 @@
+"""Training recipe for PhotoNet, with the result cached under ``cache_dir("photo-cnn")``.
+
+The cache key hashes the training config and the source of net.py, data.py and this file, so
+any change to the recipe retrains. Weights are written atomically; a concurrent trainer racing
+for the same key leaves one complete file. Training is seeded and single-process; the same
+config on the same machine and thread count gives the same weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.models.photo_cnn import data, net
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines the trained weights."""
+
+    steps: int = 320
+    batch_size: int = 96
+    lr: float = 4e-3
+    weight_decay: float = 5e-4
+    label_smoothing: float = 0.05
+    width: int = 24
+    seed: int = 0
+    threads: int = 2
+
+    def key(self) -> str:
+        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        for module in (net, data):
+            digest.update(Path(module.__file__).read_bytes())
+        digest.update(Path(__file__).read_bytes())
+        return digest.hexdigest()[:16]
+
+
+@dataclass
+class TrainResult:
+    """Trained weights with what it took: seconds, final loss, held-out top-1 accuracy."""
+
+    state_dict: dict[str, torch.Tensor]
+    config: TrainConfig
+    seconds: float
+    final_loss: float
+    heldout_accuracy: float
+    cached: bool = False
+    path: Path | None = None
+
+    def build(self) -> net.PhotoNet:
+        """A PhotoNet with these weights, in eval mode."""
+        model = net.PhotoNet(len(data.PHOTOS), width=self.config.width)
+        model.load_state_dict(self.state_dict)
+        return model.eval()
+
+
+def weights_path(config: TrainConfig) -> Path:
+    """Where the weights for ``config`` are (or will be) cached."""
+    return cache_dir("photo-cnn") / f"photonet-{config.key()}.pt"
+
+
+@torch.inference_mode()
+def heldout_accuracy(model: torch.nn.Module, batch: int = 160) -> float:
+    """Top-1 accuracy of ``model`` on the fixed held-out crops."""
+    images, labels = data.heldout_set()
+    model.eval()
+    correct = 0
+    for start in range(0, len(labels), batch):
+        logits = model(images[start : start + batch])
+        correct += int((logits.argmax(dim=1) == labels[start : start + batch]).sum())
+    return correct / len(labels)
+
+
+def train_model(config: TrainConfig, progress: Progress | None = None) -> TrainResult:
+    """Train PhotoNet from scratch under ``config`` (no cache involved).
+
+    AdamW with a one-cycle schedule on a fresh stream of augmented, class-balanced crops.
+    """
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        torch.manual_seed(config.seed)
+        generator = torch.Generator().manual_seed(config.seed)
+        model = net.PhotoNet(len(data.PHOTOS), width=config.width)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=config.lr, total_steps=config.steps, pct_start=0.2
+        )
+        started = time.perf_counter()
+        loss_ema = None
+        model.train()
+        for step in range(config.steps):
+            images, labels = data.train_batch(config.batch_size, generator)
+            loss = F.cross_entropy(model(images), labels, label_smoothing=config.label_smoothing)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            value = float(loss.detach())
+            loss_ema = value if loss_ema is None else 0.95 * loss_ema + 0.05 * value
+            if progress and (step % 10 == 0 or step == config.steps - 1):
+                progress(
+                    (step + 1) / config.steps, f"step {step + 1}/{config.steps} loss {value:.3f}"
+                )
+        seconds = time.perf_counter() - started
+        model.eval()
+        accuracy = heldout_accuracy(model)
+    finally:
+        torch.set_num_threads(previous_threads)
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return TrainResult(state, config, seconds, float(loss_ema or 0.0), accuracy)
+
+
+def _save(result: TrainResult, path: Path) -> None:
+    buffer = io.BytesIO()
+    meta: dict[str, Any] = {
+        "config": asdict(result.config),
+        "seconds": result.seconds,
+        "final_loss": result.final_loss,
+        "heldout_accuracy": result.heldout_accuracy,
+        "torch": str(torch.__version__),
+    }
+    torch.save({"state_dict": result.state_dict, "meta": meta}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_cached(config: TrainConfig) -> TrainResult | None:
+    """The cached weights for ``config``, or None when absent or unreadable."""
+    path = weights_path(config)
+    if not path.is_file():
+        return None
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        meta = blob["meta"]
+        return TrainResult(
+            blob["state_dict"],
+            config,
+            float(meta["seconds"]),
+            float(meta["final_loss"]),
+            float(meta["heldout_accuracy"]),
+            cached=True,
+            path=path,
+        )
+    except Exception:  # a corrupt or foreign file: retrain and overwrite it
+        return None
+
+
+def train_cached(
+    config: TrainConfig | None = None, progress: Progress | None = None, force: bool = False
+) -> TrainResult:
+    """Cached weights for ``config`` (default recipe), training and caching them if needed."""
+    config = config or TrainConfig()
+    if not force:
+        cached = load_cached(config)
+        if cached is not None:
+            if progress:
+                progress(1.0, f"loaded cached weights {cached.path}")
+            return cached
+    result = train_model(config, progress)
+    path = weights_path(config)
+    _save(result, path)
+    result.path = path
+    return result

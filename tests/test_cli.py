@@ -1,0 +1,117 @@
+"""End-to-end through the real CLI in a subprocess: export, verify, selftest, bench, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+FIXTURE = Path(__file__).parent / "fixtures" / "user_model.py"
+
+
+def edgekit(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("edgekit", path=os.path.dirname(sys.executable)) or "edgekit"
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [exe, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
+
+
+def test_help_is_fast_and_lists_commands() -> None:
+    started = time.perf_counter()
+    out = edgekit("--help")
+    assert out.returncode == 0
+    for command in ("models", "export", "verify", "selftest", "bench", "runtimes", "train", "eval"):
+        assert command in out.stdout
+    assert time.perf_counter() - started < 10  # generous: this is a smoke check, not a benchmark
+
+
+def test_models_lists_the_registry() -> None:
+    out = edgekit("models")
+    assert out.returncode == 0, out.stderr
+    assert "minilm" in out.stdout and "photo-cnn" in out.stdout
+
+
+@pytest.fixture(scope="module")
+def user_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli") / "user-onnx"
+    res = edgekit(
+        "export",
+        f"{FIXTURE}:make",
+        "--input-shape",
+        "x=1x3x32x32",
+        "--to",
+        "onnx",
+        "--out",
+        str(out),
+    )
+    assert res.returncode == 0, res.stderr + res.stdout
+    return out
+
+
+def test_export_user_module_then_verify_and_selftest(user_bundle: Path) -> None:
+    manifest = json.loads((user_bundle / "bundle.json").read_text())
+    assert manifest["source"]["card"] == "module" and manifest["report"]["passed"] is True
+    assert manifest["graphs"]["main"]["inputs"][0]["shape"] == ["batch", 3, 32, 32]
+    res = edgekit("verify", str(user_bundle))
+    assert res.returncode == 0, res.stderr + res.stdout
+    assert "PASS" in res.stdout
+    res = edgekit("selftest", str(user_bundle))
+    assert res.returncode == 0 and "ok main/output" in res.stdout
+
+
+def test_corrupt_bundle_is_a_clear_error(user_bundle: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(user_bundle, broken)
+    graph = next((broken / "graphs").glob("*.onnx"))
+    graph.write_bytes(graph.read_bytes()[:-10])
+    res = edgekit("selftest", str(broken))
+    assert res.returncode == 2
+    assert "wrong sha256" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_bad_inputs_give_one_clear_error(tmp_path: Path) -> None:
+    res = edgekit("export", "no-such-model")
+    assert res.returncode == 2 and "unknown model 'no-such-model'" in res.stderr
+    res = edgekit(
+        "export", f"{FIXTURE}:make", "--input-shape", "x=1xthreex32", "--out", str(tmp_path / "x")
+    )
+    assert res.returncode == 2 and "x=1xthreex32" in res.stderr
+    res = edgekit("export", f"{FIXTURE}:make", "--input-shape", "x=1x3x32x32", "--to", "coreml")
+    assert res.returncode == 2 and "unknown export format 'coreml'" in res.stderr
+    res = edgekit("verify", str(tmp_path / "missing"))
+    assert res.returncode == 2 and "bundle.json is missing" in res.stderr
+    for out in (res,):
+        assert "Traceback" not in out.stderr
+
+
+def test_tensorrt_without_gpu_is_one_clear_error(tmp_path: Path) -> None:
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("tensorrt is installed here; the GPU test covers it")
+    except ImportError:
+        pass
+    res = edgekit(
+        "export",
+        f"{FIXTURE}:make",
+        "--input-shape",
+        "x=1x3x32x32",
+        "--to",
+        "tensorrt",
+        "--precision",
+        "fp16",
+        "--out",
+        str(tmp_path / "trt"),
+    )
+    assert res.returncode == 2
+    assert (
+        "tensorrt" in res.stderr and "edgekit[gpu]" in res.stderr and "Traceback" not in res.stderr
+    )
+    assert not (tmp_path / "trt").exists()

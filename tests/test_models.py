@@ -1,0 +1,179 @@
+"""The built-in model cards on real data: MiniLM (pretrained) and photo-cnn (trained in-repo)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from edgekit.registry import get_card
+from edgekit.verify import reference_runners
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Measured on the fp32 torch reference (x86 CPU): STS Spearman 0.654, paraphrase accuracy
+# 0.824; photo-cnn held-out top-1 0.82 (varies ~0.79-0.84 with CPU float differences).
+STS_SPEARMAN_FLOOR = 0.62
+PARAPHRASE_ACCURACY_FLOOR = 0.78
+PHOTO_TOP1_FLOOR = 0.72
+
+
+# ---- MiniLM ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def minilm():
+    return get_card("minilm")
+
+
+@pytest.fixture(scope="module")
+def minilm_reference(minilm):
+    return reference_runners(minilm)
+
+
+def test_pairs_file_is_well_formed() -> None:
+    from edgekit.models.minilm.data import PAIRS_FILE, load_pairs
+
+    pairs = load_pairs()
+    assert len(pairs) >= 120
+    rows = [ln for ln in PAIRS_FILE.read_text().splitlines() if ln and not ln.startswith("#")]
+    assert len(rows) == len(pairs) + 1  # + header; every row parsed
+    assert len({(p.sentence1, p.sentence2) for p in pairs}) == len(pairs)
+    labels = [p.paraphrase for p in pairs]
+    assert 30 <= sum(labels) <= len(pairs) - 30
+    scores = np.array([p.score for p in pairs])
+    assert scores.min() <= 0.5 and scores.max() >= 4.5
+    assert any(" not " in p.sentence2 or "never" in p.sentence2 for p in pairs)  # negations
+
+
+def test_tokenizer_matches_transformers() -> None:
+    from transformers import AutoTokenizer
+
+    from edgekit.models.minilm.data import unique_sentences
+    from edgekit.models.minilm.encoder import MAX_LENGTH, model_dir, tokenize
+
+    texts = [*unique_sentences()[:60], "word " * 300, "Ünïcode, punctuation!? and numbers 3.14"]
+    ref = AutoTokenizer.from_pretrained(str(model_dir()), local_files_only=True)(
+        texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="np"
+    )
+    ours = tokenize(texts)
+    assert ours["input_ids"].shape[1] == MAX_LENGTH  # the long text is truncated to 128
+    np.testing.assert_array_equal(ours["input_ids"], ref["input_ids"])
+    np.testing.assert_array_equal(ours["attention_mask"], ref["attention_mask"])
+    padded = tokenize(texts[:2], pad_to=MAX_LENGTH)
+    assert padded["input_ids"].shape == (2, MAX_LENGTH) and padded["input_ids"].dtype == np.int64
+
+
+def test_embedding_matches_sentence_transformers(minilm) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    from edgekit.models.minilm.data import unique_sentences
+    from edgekit.models.minilm.encoder import model_dir, tokenize
+
+    sentences = unique_sentences()[:40]
+    st = SentenceTransformer(str(model_dir()), device="cpu", local_files_only=True)
+    expected = st.encode(sentences, convert_to_numpy=True, normalize_embeddings=True)
+    feeds = tokenize(sentences)
+    with torch.inference_mode():
+        ours = minilm.encoder()(*(torch.from_numpy(v) for v in feeds.values())).numpy()
+    assert ours.shape == (40, 384) and ours.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosine = (ours * expected).sum(axis=1) / np.linalg.norm(expected, axis=1)
+    assert cosine.min() >= 0.9999
+
+
+def test_minilm_graph_and_data(minilm) -> None:
+    (graph,) = minilm.graphs()
+    inputs, outputs = graph.io_specs()
+    assert [s.name for s in inputs] == ["input_ids", "attention_mask"]
+    assert all(s.shape == ("batch", "sequence") and s.dtype == "int64" for s in inputs)
+    assert outputs[0].name == "embedding" and outputs[0].shape == ("batch", 384)
+    golden = minilm.golden_inputs()["encoder"]
+    assert golden["input_ids"].shape == (4, 128) and golden["attention_mask"].sum() > 20
+    calib = minilm.calibration_data(8)["encoder"]
+    assert len(calib) == 8 and all(f["input_ids"].shape == (1, 128) for f in calib)
+    assert minilm.architecture == "transformer" and minilm.int8_mode == "dynamic"
+    assert os.path.isfile(minilm.assets()["tokenizer.json"])
+    pre = json.loads(json.dumps(minilm.preprocessing()))
+    assert pre["max_length"] == 128 and pre["pooling"] == "mean" and pre["normalize"] is True
+
+
+def test_minilm_metrics_on_shipped_pairs(minilm, minilm_reference) -> None:
+    metrics = minilm.evaluate(minilm_reference)
+    assert metrics["sts_spearman"] >= STS_SPEARMAN_FLOOR
+    assert metrics["paraphrase_accuracy"] >= PARAPHRASE_ACCURACY_FLOOR
+    same = minilm.agreement(minilm_reference, minilm_reference)
+    assert same["embedding_cosine_min"] > 0.99999 and same["paraphrase_flip_rate"] == 0.0
+    assert same["ranking_spearman"] > 0.99999
+    assert set(minilm.agreement_floors) <= set(same)
+
+
+# ---- photo-cnn -------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def photo():
+    card = get_card("photo-cnn")
+    card.train()  # trains (about 35-80 s on 2 cores) on first use, then loads from the cache
+    return card
+
+
+def test_photo_cnn_heldout_accuracy(photo) -> None:
+    from edgekit.models.photo_cnn.net import count_parameters
+
+    result = photo.train()
+    assert result.heldout_accuracy >= PHOTO_TOP1_FLOOR
+    assert 50_000 <= count_parameters(photo.model()) <= 200_000
+    metrics = photo.evaluate(reference_runners(photo))
+    assert metrics["top1_accuracy"] == pytest.approx(result.heldout_accuracy)
+    assert metrics["top1_accuracy_exposure"] >= PHOTO_TOP1_FLOOR - 0.1
+
+
+def test_photo_cnn_shapes_and_data(photo) -> None:
+    from edgekit.models.photo_cnn import data
+
+    (graph,) = photo.graphs()
+    inputs, outputs = graph.io_specs()
+    assert inputs[0].name == "image" and inputs[0].shape == ("batch", 3, 64, 64)
+    assert outputs[0].name == "logits" and outputs[0].shape == ("batch", 10)
+    golden = photo.golden_inputs()["classifier"]["image"]
+    assert golden.shape == (4, 3, 64, 64) and golden.dtype == np.float32
+    assert golden.min() >= 0.0 and golden.max() <= 1.0
+    runner = reference_runners(photo)["classifier"]
+    assert runner.run({"image": golden})["logits"].shape == (4, 10)
+    assert runner.run({"image": golden[:1]})["logits"].shape == (1, 10)
+    calib = photo.calibration_data(6)["classifier"]
+    assert len(calib) == 6 and calib[0]["image"].shape == (1, 3, 64, 64)
+    assert photo.labels() == list(data.PHOTOS) and len(photo.labels()) == 10
+    images, labels = data.heldout_set()
+    assert len(labels) >= 400 and np.bincount(labels.numpy()).min() >= 40
+    assert photo.agreement({"classifier": runner}, {"classifier": runner})["top1_agreement"] == 1
+
+
+def test_photo_cnn_crops_are_disjoint_and_deterministic() -> None:
+    from edgekit.models.photo_cnn import data
+
+    for photo in data.load_photos():
+        (tx0, ty0, tx1, ty1), *_ = photo.regions("test")
+        for x0, y0, x1, y1 in photo.regions("train"):
+            assert min(x1, tx1) <= max(x0, tx0) or min(y1, ty1) <= max(y0, ty0)
+    a, la = data.train_batch(24, torch.Generator().manual_seed(3))
+    b, lb = data.train_batch(24, torch.Generator().manual_seed(3))
+    assert torch.equal(a, b) and torch.equal(la, lb)
+    assert float(a.min()) >= 0.0 and float(a.max()) <= 1.0
+
+
+def test_photo_cnn_training_is_deterministic_and_cached(tmp_path, monkeypatch) -> None:
+    from edgekit.models.photo_cnn.train import TrainConfig, train_cached, train_model
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    tiny = TrainConfig(steps=3, batch_size=20)
+    one, two = train_model(tiny), train_model(tiny)
+    for key, value in one.state_dict.items():
+        assert torch.equal(value, two.state_dict[key]), key
+    first = train_cached(tiny)
+    assert not first.cached and first.path is not None and first.path.parent.parent == tmp_path
+    again = train_cached(tiny)
+    assert again.cached and again.path == first.path
+    assert all(torch.equal(v, one.state_dict[k]) for k, v in again.state_dict.items())
+    assert TrainConfig(steps=4).key() != TrainConfig().key()
