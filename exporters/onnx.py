@@ -235,7 +235,20 @@ def export_graph(
         details["int8"] = quantize_int8(src, dst, graph, card, options, fused=fused)
     if fused:
         src.unlink(missing_ok=True)
+    details["ort_contrib_ops"] = contrib_ops(dst)
     return Artifact(graph.name, [dst], "onnx", precision, details)
+
+
+def contrib_ops(path: Path) -> list[str]:
+    """ONNX Runtime contrib ops (domain com.microsoft) in the graph at ``path``, sorted.
+
+    Runtimes other than ONNX Runtime may not load such a graph (OpenVINO's ONNX reader converts
+    some fused fp32 ops but not QAttention / QEmbedLayerNormalization), so bundles record them.
+    """
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    return sorted({n.op_type for n in model.graph.node if n.domain == "com.microsoft"})
 
 
 def convert_float16(src: Path, dst: Path) -> dict[str, Any]:

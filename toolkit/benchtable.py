@@ -44,7 +44,6 @@ COLUMNS = (
     "Threads",
 )
 TEXT_COLUMNS = ("Model", "Target", "Runtime", "Device", "Status")
-MIN_WIDTH = 200  # a console that is not a terminal (pipe, CI log) gets at least this width
 
 
 # ---- JSON -----------------------------------------------------------------------------------
@@ -167,10 +166,9 @@ def failure_notes(report: Mapping[str, Any]) -> list[str]:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from edgekit.console import wide_console
 
-    console = Console()
-    return console if console.is_terminal else Console(width=max(console.width, MIN_WIDTH))
+    return wide_console()
 
 
 def print_report(

@@ -27,9 +27,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _console(stderr: bool = False) -> Any:
-    from rich.console import Console
+    from edgekit.console import wide_console
 
-    return Console(stderr=stderr)
+    return wide_console(stderr)
 
 
 def handle_errors(fn: F) -> F:

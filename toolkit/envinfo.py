@@ -282,7 +282,18 @@ def process_rss_mb() -> float | None:
 
 
 def peak_rss_mb() -> float | None:
-    """Peak resident set size of this process in MiB (ru_maxrss; psutil peak_wset on Windows)."""
+    """Peak resident set size of this process in MiB.
+
+    Linux: VmHWM from /proc/self/status, the high-water mark of this process's own memory map.
+    (ru_maxrss is not used there: across fork + exec it keeps the parent's peak, so a small
+    worker started from a large process would report the parent's size.) Elsewhere ru_maxrss,
+    or psutil's peak_wset on Windows.
+    """
+    status = _read("/proc/self/status")
+    if status:
+        for line in status.splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**10
     try:
         import resource
 
