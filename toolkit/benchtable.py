@@ -191,7 +191,7 @@ def print_overhead(result: Mapping[str, Any], console: Any = None) -> None:
     console.print(
         f"{result.get('model')}/{result.get('graph')}: edgekit p50 {_num(ours['p50'])} ms · "
         f"bare onnxruntime p50 {_num(bare['p50'])} ms · ratio {result['ratio_p50']:.4f} "
-        f"({result['overhead_pct']:+.2f} %, paired median {result['paired_median_diff_us']:+.1f} µs)"
+        f"({result['overhead_pct']:+.2f} %, median diff {result['median_diff_us']:+.1f} µs)"
         f" · {verdict} the {result['target_pct']:g} % target",
         highlight=False,
     )

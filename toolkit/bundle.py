@@ -226,16 +226,21 @@ class Bundle:
     # ---- running --------------------------------------------------------------------------
     def default_runtime(self, graph: str | None = None) -> str:
         """The first runtime that loads this graph's format and is usable here."""
-        from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, available_runtimes
+        from edgekit.errors import MissingDependencyError
+        from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, get_runtime
 
         fmt = self.graph(graph).format
-        status = available_runtimes()
-        choices = DEFAULT_RUNTIME_FOR_FORMAT.get(fmt, [])
-        for name in choices:
-            if status.get(name) is None:
-                return name
-        reasons = "; ".join(str(status.get(n)) for n in choices) or "no runtime known"
-        raise BundleError(f"no runtime here can load format '{fmt}': {reasons}")
+        reasons = []
+        for name in DEFAULT_RUNTIME_FOR_FORMAT.get(fmt, []):  # import only what is tried
+            try:
+                if get_runtime(name).devices():
+                    return name
+                reasons.append(f"runtime '{name}' has no usable device here")
+            except MissingDependencyError as exc:
+                reasons.append(str(exc))
+        raise BundleError(
+            f"no runtime here can load format '{fmt}': {'; '.join(reasons) or 'no runtime known'}"
+        )
 
     def session(
         self,
