@@ -17,6 +17,8 @@ pytest.importorskip(
     "edgekit.runtimes.onnxruntime", reason="the onnxruntime backend is not importable here"
 )
 
+from conftest import make_tiny_bundle  # noqa: E402
+
 from edgekit.bench import (  # noqa: E402
     BenchConfig,
     BenchTarget,
@@ -43,58 +45,10 @@ ROW_KEYS = {
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _write_mlp(path: Path) -> Path:
-    """x float32 (batch, 8) -> MatMul(8, 16) -> Relu -> MatMul(16, 4) -> y float32 (batch, 4)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    w1 = numpy_helper.from_array(rng.standard_normal((8, 16)).astype(np.float32), "W1")
-    w2 = numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "W2")
-    nodes = [
-        helper.make_node("MatMul", ["x", "W1"], ["h"]),
-        helper.make_node("Relu", ["h"], ["r"]),
-        helper.make_node("MatMul", ["r", "W2"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "bench-mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
-        initializer=[w1, w2],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def mlp_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import onnxruntime as ort
-
-    from edgekit.bundle import BundleWriter, GraphEntry
-
     work = tmp_path_factory.mktemp("bench")
-    model = _write_mlp(work / "mlp.onnx")
-    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
-    (y,) = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-    with BundleWriter(work / "tiny-onnx") as writer:
-        rel = writer.add_file(model, "graphs/mlp.onnx")
-        golden = writer.add_golden("main", {"x": x}, {"y": y}, {"y": y})
-        specs_in = [TensorSpec("x", "float32", ("batch", 8))]
-        specs_out = [TensorSpec("y", "float32", ("batch", 4))]
-        writer.add_graph(GraphEntry("main", [rel], "onnx", "fp32", specs_in, specs_out, golden))
-        writer.commit(
-            manifest={
-                "model": "tiny",
-                "tier": "edge",
-                "task": "test",
-                "target": {"format": "onnx", "precision": "fp32"},
-            }
-        )
-    return work / "tiny-onnx"
+    return make_tiny_bundle(work / "tiny-onnx", work)
 
 
 def _check_row(row: dict, batch: int, iterations: int) -> None:
@@ -105,7 +59,7 @@ def _check_row(row: dict, batch: int, iterations: int) -> None:
     assert lat["min"] <= lat["mean"] <= lat["max"]
     assert row["iterations"] == iterations == len(row["samples_ms"])
     assert row["throughput_items_s"] == pytest.approx(batch / (lat["mean"] / 1e3))
-    assert row["inputs"]["x"]["shape"] == [batch, 8]
+    assert row["inputs"]["x"]["shape"] == [batch, 4]
     assert row["first_run_ms"] > 0 and row["load_ms"] > 0 and row["peak_rss_mb"] > 0
     assert row["model"] == "tiny" and row["target"] == "onnx-fp32" and row["graph"] == "main"
 
@@ -115,7 +69,7 @@ def test_bundle_row_in_a_fresh_subprocess(mlp_bundle: Path) -> None:
     _check_row(row, batch=1, iterations=15)
     assert row["isolated"] is True and row["pid"] != os.getpid()
     assert row["runtime"] == "onnxruntime" and "onnxruntime" in row["runtime_versions"]
-    assert row["size_mb"] == pytest.approx((mlp_bundle / "graphs/mlp.onnx").stat().st_size / 1e6)
+    assert row["size_mb"] == pytest.approx((mlp_bundle / "graphs/tiny.onnx").stat().st_size / 1e6)
     assert row["threads"] == 1
 
 

@@ -115,3 +115,47 @@ def test_tensorrt_without_gpu_is_one_clear_error(tmp_path: Path) -> None:
         "tensorrt" in res.stderr and "edgekit[gpu]" in res.stderr and "Traceback" not in res.stderr
     )
     assert not (tmp_path / "trt").exists()
+
+
+def _resign(bundle: Path) -> None:
+    """Recompute bundle.json checksums, as an attacker or a buggy tool that edits files would."""
+    from edgekit.bundle import sha256_file
+
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    manifest["files"] = {rel: sha256_file(bundle / rel) for rel in manifest["files"]}
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+
+
+def test_verify_fails_with_exit_1_when_the_artifact_disagrees(
+    user_bundle: Path, tmp_path: Path
+) -> None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(user_bundle, tampered)
+    graph = next((tampered / "graphs").glob("*.onnx"))
+    model = onnx.load(graph)
+    first = model.graph.initializer[0]
+    first.CopyFrom(
+        numpy_helper.from_array(numpy_helper.to_array(first) * np.float32(1.5), first.name)
+    )
+    onnx.save(model, graph)
+    _resign(tampered)
+    res = edgekit("verify", str(tampered))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "FAILED" in res.stderr and "violations" in res.stderr
+    assert "FAIL" in res.stdout  # the table is printed before the verdict
+
+
+def test_bench_cli_writes_json_and_plot(user_bundle: Path, tmp_path: Path) -> None:
+    out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
+    res = edgekit("bench", str(user_bundle), "--runtime", "onnxruntime", "--runtime", "openvino",
+                  "--iterations", "5", "--warmup", "1", "--threads", "1",
+                  "--json", str(out_json), "--plot", str(out_png))  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(out_json.read_text())
+    assert [r["runtime"] for r in report["results"]] == ["onnxruntime", "openvino"]
+    assert all(r["status"] == "ok" for r in report["results"])
+    assert report["environment"]["cpu"] and out_png.read_bytes()[:4] == b"\x89PNG"
