@@ -1,0 +1,325 @@
+"""A simulated camera: real photos (scikit-image's bundled ones) through the physical sensor model.
+
+``SimCamera`` looks at one scene at a time (a photo, lit by a ``Lighting`` environment) and captures
+it with the requested ISO / shutter / aperture via ``sensor.simulate``. Named photos are framed on
+the band the photo classifier holds out (40-60 % of the long side, models/photo_cnn/data.py), so
+classifier accuracy on captures is measured on pixels it never trained on. No sleeping unless
+``realtime=True``; ``Frame.latency_s`` reports shutter + readout (+ AE convergence) anyway.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
+from edgekit.devices.lighting import Lighting, get_lighting
+from edgekit.devices.sensor import (
+    DEFAULT_SENSOR,
+    REFLECTED_METER_K,
+    SensorParams,
+    linear_to_srgb,
+    luminance,
+    simulate,
+    srgb_to_linear,
+)
+from edgekit.errors import InputError
+
+# Same photos and held-out band as the photo classifier (models/photo_cnn/data.py).
+PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "retina",
+    "camera",
+    "brick",
+    "gravel",
+)
+HELDOUT_BAND = (0.4, 0.6)
+
+ISO_RANGE = (100.0, 25600.0)
+SHUTTER_RANGE = (1 / 8000, 1.0)
+APERTURE_RANGE = (2.8, 22.0)
+DEFAULT_SETTINGS = CaptureSettings(iso=100.0, shutter_s=1 / 60, aperture_f=5.6)
+
+# Auto-exposure (program mode)
+METERING_ERROR_EV = 0.15  # rms error of the camera's average meter (stops)
+HANDHELD_SHUTTER_S = 1 / 60  # program mode raises ISO before going slower than this
+AUTO_ISO_MAX = 12800.0  # auto-ISO ceiling before the shutter gets longer than HANDHELD_SHUTTER_S
+AE_CONVERGENCE_FRAMES = 3  # preview frames the AE loop needs before the capture
+PREVIEW_FRAME_S = 1 / 30  # preview frame interval during AE convergence
+
+
+def _photo_srgb(name: str) -> np.ndarray:
+    """A bundled scikit-image photo as (H, W, 3) float32 sRGB in [0, 1]."""
+    from skimage import data
+
+    if name not in PHOTOS:
+        raise InputError(f"unknown scene '{name}'; expected one of {', '.join(PHOTOS)} or an array")
+    image = np.asarray(getattr(data, name)())
+    if image.ndim == 2:
+        image = np.stack([image] * 3, axis=-1)
+    return image[..., :3].astype(np.float32) / 255.0
+
+
+def _frame_box(h: int, w: int, aspect: float, region: str) -> tuple[int, int, int, int]:
+    """(y0, y1, x0, x1): the largest centred box of ``aspect`` (W/H) inside the region."""
+    y0, y1, x0, x1 = 0.0, float(h), 0.0, float(w)
+    if region == "heldout":
+        if w >= h:
+            x0, x1 = HELDOUT_BAND[0] * w, HELDOUT_BAND[1] * w
+        else:
+            y0, y1 = HELDOUT_BAND[0] * h, HELDOUT_BAND[1] * h
+    elif region != "full":
+        raise InputError(f"region must be 'heldout' or 'full', got {region!r}")
+    bh, bw = y1 - y0, x1 - x0
+    if bw / bh > aspect:
+        bw = bh * aspect
+    else:
+        bh = bw / aspect
+    cy, cx = (y0 + y1) / 2, (x0 + x1) / 2
+    return round(cy - bh / 2), round(cy + bh / 2), round(cx - bw / 2), round(cx + bw / 2)
+
+
+def _prepare(srgb: np.ndarray, size: tuple[int, int], region: str) -> np.ndarray:
+    """(h, w, 3) sRGB float -> (H, W, 3) float32 linear reflectance framed and resized to size."""
+    from skimage.transform import resize
+
+    y0, y1, x0, x1 = _frame_box(srgb.shape[0], srgb.shape[1], size[1] / size[0], region)
+    crop = srgb[y0:y1, x0:x1]
+    out = resize(crop, (*size, 3), order=1, anti_aliasing=True, preserve_range=True)
+    return srgb_to_linear(np.clip(out, 0.0, 1.0))
+
+
+@lru_cache(maxsize=64)
+def _named_scene(name: str, size: tuple[int, int], region: str) -> np.ndarray:
+    scene = _prepare(_photo_srgb(name), size, region)
+    scene.setflags(write=False)
+    return scene
+
+
+def _as_srgb(array: np.ndarray) -> np.ndarray:
+    a = np.asarray(array)
+    if a.ndim == 2:
+        a = np.stack([a] * 3, axis=-1)
+    if a.ndim != 3 or a.shape[2] < 3:
+        raise InputError(f"a scene array must be (H, W, 3) RGB, got shape {a.shape}")
+    a = a[..., :3]
+    return a.astype(np.float32) / 255.0 if a.dtype == np.uint8 else a.astype(np.float32)
+
+
+class SimCamera(Camera):
+    """Simulated camera. ``size`` = (H, W) of frames; scenes: photo names or (H, W, 3) arrays.
+
+    ``fail_after=N`` raises CameraDisconnected on capture N+1 (fault tests); ``realtime=True``
+    sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos.
+    """
+
+    name = "sim"
+
+    def __init__(
+        self,
+        scene: str | np.ndarray | None = None,
+        lighting: str | Lighting = "office",
+        seed: int = 0,
+        size: int | tuple[int, int] = (64, 64),
+        scenes: Sequence[str | np.ndarray] = PHOTOS,
+        *,
+        region: str = "heldout",
+        fail_after: int | None = None,
+        realtime: bool = False,
+        sensor: SensorParams = DEFAULT_SENSOR,
+    ) -> None:
+        self.size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        if min(self.size) < 8:
+            raise InputError(f"size must be at least 8x8, got {self.size}")
+        self.seed = int(seed)
+        self.region = region
+        self.fail_after = fail_after
+        self.realtime = realtime
+        self.sensor = sensor
+        self.scenes = list(scenes)
+        if not self.scenes and scene is None:
+            raise InputError("SimCamera needs a scene or a non-empty scenes list")
+        self.lighting = get_lighting(lighting)
+        self.current = DEFAULT_SETTINGS
+        self.captures = 0
+        self._clock = 0.0
+        self._closed = False
+        self._scene_index = 0
+        self.set_scene(self.scenes[0] if scene is None else scene)
+
+    @classmethod
+    def from_spec(cls, arg: str, **options: Any) -> SimCamera:
+        """``seed=3,lighting=dim-room,size=128`` (or ``size=96x128``, ``scene=coffee``,
+        ``fail_after=5``, ``realtime=1``, ``region=full``); keyword ``options`` win."""
+        kwargs: dict[str, Any] = {}
+        for part in filter(None, (p.strip() for p in arg.split(","))):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise InputError(f"sim camera option '{part}' must be key=value")
+            key = key.strip().replace("-", "_")
+            value = value.strip()
+            if key in ("seed", "fail_after"):
+                kwargs[key] = int(value)
+            elif key == "size":
+                h, _, w = value.lower().partition("x")
+                kwargs[key] = (int(h), int(w or h))
+            elif key == "realtime":
+                kwargs[key] = value.lower() in ("1", "true", "yes")
+            elif key in ("lighting", "scene", "region"):
+                kwargs[key] = value
+            else:
+                raise InputError(
+                    f"unknown sim camera option '{key}'; expected seed, lighting, size, scene, "
+                    "region, fail_after, realtime"
+                )
+        kwargs.update(options)
+        return cls(**kwargs)
+
+    # --- scene and lighting ---------------------------------------------------------------------
+    def set_scene(self, scene: str | int | np.ndarray, name: str | None = None) -> None:
+        """Look at a photo (name or index into ``scenes``) or an (H, W, 3) sRGB array."""
+        if isinstance(scene, (int, np.integer)):
+            self._scene_index = int(scene) % len(self.scenes)
+            scene = self.scenes[self._scene_index]
+        if isinstance(scene, str):
+            self.scene_linear = _named_scene(scene, self.size, self.region)
+            self.scene_name = scene
+        else:
+            self.scene_linear = _prepare(_as_srgb(scene), self.size, "full")
+            self.scene_name = name or "array"
+
+    def next_scene(self) -> str:
+        """Move to the next entry of ``scenes`` (cyclic); returns its name."""
+        self.set_scene(self._scene_index + 1)
+        return self.scene_name
+
+    def set_lighting(self, lighting: str | Lighting) -> None:
+        self.lighting = get_lighting(lighting)
+
+    # --- the Camera contract ----------------------------------------------------------------------
+    def capabilities(self) -> dict[str, ControlRange]:
+        return {
+            "iso": ControlRange("iso", *ISO_RANGE),
+            "shutter_s": ControlRange("shutter_s", *SHUTTER_RANGE),
+            "aperture_f": ControlRange("aperture_f", *APERTURE_RANGE),
+        }
+
+    def scene_luminance(self, encoded: bool = False) -> float:
+        """Mean scene luminance in cd/m^2 (Lambertian: L = E * rho / pi) under the lighting.
+
+        ``encoded=True`` averages in the sRGB-encoded domain (then decodes), as a camera meter
+        that reads its gamma-encoded preview does: a typical photo then renders near mid-grey.
+        """
+        gains = np.asarray(self.lighting.gains(), dtype=np.float32)
+        lum = np.clip(luminance(self.scene_linear * gains), 0.0, 1.0)
+        rho = float(srgb_to_linear(linear_to_srgb(lum).mean())) if encoded else float(lum.mean())
+        return self.lighting.lux * rho / math.pi
+
+    def meter(self, rng: np.random.Generator | None = None) -> CaptureSettings:
+        """Program-mode auto-exposure from average metering (18 % grey), with metering error."""
+        lum = max(self.scene_luminance(encoded=True), 1e-6)
+        ev100 = math.log2(lum * 100.0 / REFLECTED_METER_K)
+        if rng is not None:
+            ev100 += float(rng.normal(0.0, METERING_ERROR_EV))
+        # aperture: wide open in the dark, stopping down to f/11 as the light grows
+        av = min(max(ev100 / 2 - 1, 2 * math.log2(APERTURE_RANGE[0])), 2 * math.log2(11.0))
+        n = 2 ** (av / 2)
+        t = 2 ** (av - ev100)  # at ISO 100
+        iso = 100.0
+        if t > HANDHELD_SHUTTER_S:
+            iso, t = 100.0 * t / HANDHELD_SHUTTER_S, HANDHELD_SHUTTER_S
+            if iso > AUTO_ISO_MAX:
+                t, iso = t * iso / AUTO_ISO_MAX, AUTO_ISO_MAX
+            if t > SHUTTER_RANGE[1]:
+                iso, t = iso * t / SHUTTER_RANGE[1], SHUTTER_RANGE[1]
+        elif t < SHUTTER_RANGE[0]:
+            # too bright even at 1/8000 s: stop down (N^2 / t = 2^EV100 at ISO 100)
+            n = min(math.sqrt(2**ev100 * SHUTTER_RANGE[0]), APERTURE_RANGE[1])
+            t = n**2 / 2**ev100
+        applied, _ = self.clamp(CaptureSettings(iso=iso, shutter_s=t, aperture_f=n))
+        return replace(applied, auto_exposure=True)
+
+    def capture(self, settings: CaptureSettings | None = None) -> Frame:
+        """Clamp ``settings`` (None fields keep the current value), simulate, return the frame."""
+        if self._closed:
+            raise CameraDisconnected("the sim camera was closed")
+        if self.fail_after is not None and self.captures >= self.fail_after:
+            raise CameraDisconnected(
+                f"sim camera disconnected after {self.fail_after} captures (fail_after)"
+            )
+        settings = settings or CaptureSettings()
+        rng = np.random.default_rng((self.seed, self.captures))
+        latency = 0.0
+        clamped: dict[str, tuple[float, float]] = {}
+        if settings.auto_exposure:
+            applied = self.meter(rng)
+            latency += AE_CONVERGENCE_FRAMES * PREVIEW_FRAME_S
+        else:
+            merged = CaptureSettings(
+                iso=self.current.iso if settings.iso is None else settings.iso,
+                shutter_s=self.current.shutter_s
+                if settings.shutter_s is None
+                else settings.shutter_s,
+                aperture_f=self.current.aperture_f
+                if settings.aperture_f is None
+                else settings.aperture_f,
+            )
+            applied, clamped = self.clamp(merged)
+        self.current = replace(applied, auto_exposure=False)
+        lit = self.lighting
+        out = simulate(
+            self.scene_linear,
+            lux=lit.lux,
+            iso=float(applied.iso),  # type: ignore[arg-type]
+            shutter_s=float(applied.shutter_s),  # type: ignore[arg-type]
+            aperture_f=float(applied.aperture_f),  # type: ignore[arg-type]
+            rng=rng,
+            illuminant=lit.gains(),
+            flicker_depth=lit.flicker_depth,
+            flicker_hz=lit.flicker_hz,
+            params=self.sensor,
+        )
+        latency += float(applied.shutter_s) + self.sensor.readout_s  # type: ignore[arg-type]
+        if self.realtime:
+            time.sleep(latency)
+            timestamp = time.time()
+        else:
+            self._clock += latency
+            timestamp = self._clock
+        self.captures += 1
+        return Frame(
+            image=out.image,
+            timestamp_s=timestamp,
+            settings=applied,
+            latency_s=latency,
+            clamped=clamped,
+            metadata={
+                "camera": self.name,
+                "scene": self.scene_name,
+                "lighting": lit.name,
+                "lux": lit.lux,
+                "exposure_ev": applied.exposure_value(),
+                "scene_ev100": math.log2(
+                    max(self.scene_luminance(), 1e-6) * 100 / REFLECTED_METER_K
+                ),
+                "electrons_mean": out.electrons_mean,
+                "clipped_fraction": out.clipped_fraction,
+                "seed": self.seed,
+                "capture_index": self.captures - 1,
+                **out.info,
+            },
+        )
+
+    def close(self) -> None:
+        self._closed = True
