@@ -20,6 +20,7 @@ from edgekit.verify import verify_bundle
 COVERAGE: dict[str, list[str]] = {
     "minilm": ["onnx-fp32", "onnx-int8", "openvino-int8"],
     "photo-cnn": ["onnx-fp32", "onnx-int8", "openvino-fp16", "openvino-int8", "torch-fp32"],
+    "photo-vit": ["onnx-fp32", "onnx-int8", "openvino-int8"],
 }
 
 

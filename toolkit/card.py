@@ -101,6 +101,7 @@ class ModelCard:
     int8_mode: ClassVar[str] = "static"  # "static" (QDQ, calibrated) | "dynamic"
     calibration_method: ClassVar[str] = "minmax"  # "minmax" | "entropy" | "percentile"
     ort_fusion: ClassVar[dict[str, Any] | None] = None  # onnxruntime.transformers optimizer args
+    nncf_smooth_quant: ClassVar[bool] = True  # NNCF SmoothQuant for transformer int8 (OpenVINO)
     tolerances: ClassVar[dict[str, Tolerance]] = {
         "fp32": Tolerance(atol=1e-4, rtol=1e-3),
         "fp16": Tolerance(atol=1e-2, rtol=1e-2),

@@ -103,9 +103,15 @@ def train_cmd(model: Annotated[str, typer.Argument(help="registered model name")
     from edgekit.registry import get_card
 
     result = get_card(model).train()
-    _console().print(
-        f"trained {model}: {result if result is not None else 'pretrained, nothing to train'}"
-    )
+    if result is None:
+        _console().print(f"{model}: pretrained, nothing to train")
+        return
+    facts = {
+        k: getattr(result, k)
+        for k in ("heldout_accuracy", "seconds", "cached", "path")
+        if hasattr(result, k)
+    }
+    _console().print(f"trained {model}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
 
 
 @app.command("export")
@@ -324,13 +330,31 @@ def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -
 @app.command("eval")
 @handle_errors
 def eval_cmd(
-    model: Annotated[str, typer.Argument(help="registered model name")],
+    model: Annotated[
+        str, typer.Argument(help="registered model name, or 'lens' (the sensor-control benchmark)")
+    ],
     bundle: Annotated[
         Path | None, typer.Option(help="evaluate this bundle instead of torch")
     ] = None,
     runtime: Annotated[str | None, typer.Option()] = None,
+    out: Annotated[Path, typer.Option(help="lens: where lens.json and lens.png go")] = Path(
+        "out/lens"
+    ),
+    seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
+    env: Annotated[
+        list[str] | None,
+        typer.Option("--env", help="lens: lighting environments (repeat; default all)"),
+    ] = None,
+    test_per_class: Annotated[
+        int, typer.Option(help="lens: held-out scenes per class and seed")
+    ] = 4,
 ) -> None:
-    """Print MODEL's task metrics on its evaluation data (torch, or an exported bundle)."""
+    """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`."""
+    if model == "lens":
+        from edgekit.lens_report import eval_lens
+
+        eval_lens(out, seeds, env or None, test_per_class, progress=True)
+        return
     from edgekit.registry import get_card
     from edgekit.verify import reference_runners
 
@@ -348,6 +372,43 @@ def eval_cmd(
     metrics = card.evaluate(runners)
     for key, value in metrics.items():
         _console().print(f"{model} [{label}] {key}: {value:.4f}")
+
+
+@app.command("run")
+@handle_errors
+def run_cmd(
+    pipeline: Annotated[str, typer.Argument(help="pipeline to run live: lens")],
+    camera: Annotated[
+        str,
+        typer.Option(
+            help="sim[:seed=1,lighting=dim-room] | v4l2:/dev/video0 | picamera2 | gstreamer:0 | file:DIR"
+        ),
+    ] = "sim",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="classifier: a registered model (exported on first use) or a bundle directory"
+        ),
+    ] = "photo-cnn",
+    k: Annotated[int, typer.Option("--k", help="lens: candidate captures per decision")] = 6,
+    frames: Annotated[int, typer.Option(help="decisions to make")] = 20,
+    log: Annotated[
+        Path, typer.Option(help="JSON-lines decision log (a PNG strip is written beside it)")
+    ] = Path("out/lens-run.jsonl"),
+    variant: Annotated[str, typer.Option(help="VisiT variant: top1 | entropy | margin")] = "top1",
+    latency_budget: Annotated[
+        float | None, typer.Option(help="seconds per decision, shutter times included")
+    ] = None,
+) -> None:
+    """Run an on-device pipeline live on a camera and log each decision."""
+    if pipeline != "lens":
+        from edgekit.errors import InputError
+
+        raise InputError(f"unknown pipeline '{pipeline}'; available: lens")
+    from edgekit.lens_run import run_lens
+
+    decisions = run_lens(camera, model, k, frames, log, variant, latency_budget)
+    _console().print(f"{len(decisions)} decisions logged to {log}")
 
 
 @app.command("pack")

@@ -15,6 +15,7 @@ from edgekit.errors import InputError
 BUILTIN_CARDS: dict[str, str] = {
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
+    "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
 }
 
 _REGISTERED: dict[str, type[ModelCard]] = {}

@@ -15,15 +15,34 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from edgekit.cache import atomic_write_bytes, cache_dir
 from edgekit.models.photo_cnn import data, net
 
 Progress = Callable[[float, str], None]
+NetworkFactory = Callable[[], nn.Module]
+
+
+class Recipe(Protocol):
+    """What ``train_model`` reads from a config; TrainConfig is one, other cards bring their own.
+
+    ``key()`` names the cached weights and must change with anything that changes them.
+    """
+
+    steps: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    label_smoothing: float
+    seed: int
+    threads: int
+
+    def key(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -53,18 +72,23 @@ class TrainResult:
     """Trained weights with what it took: seconds, final loss, held-out top-1 accuracy."""
 
     state_dict: dict[str, torch.Tensor]
-    config: TrainConfig
+    config: Recipe
     seconds: float
     final_loss: float
     heldout_accuracy: float
     cached: bool = False
     path: Path | None = None
 
-    def build(self) -> net.PhotoNet:
-        """A PhotoNet with these weights, in eval mode."""
-        model = net.PhotoNet(len(data.PHOTOS), width=self.config.width)
+    def build(self, network: NetworkFactory | None = None) -> nn.Module:
+        """The network (default: PhotoNet at the config width) with these weights, in eval mode."""
+        model = network() if network else photonet_factory(self.config)()
         model.load_state_dict(self.state_dict)
         return model.eval()
+
+
+def photonet_factory(config: Recipe) -> NetworkFactory:
+    """The default network: a fresh PhotoNet at ``config.width``."""
+    return lambda: net.PhotoNet(len(data.PHOTOS), width=config.width)  # type: ignore[attr-defined]
 
 
 def weights_path(config: TrainConfig) -> Path:
@@ -84,17 +108,21 @@ def heldout_accuracy(model: torch.nn.Module, batch: int = 160) -> float:
     return correct / len(labels)
 
 
-def train_model(config: TrainConfig, progress: Progress | None = None) -> TrainResult:
-    """Train PhotoNet from scratch under ``config`` (no cache involved).
+def train_model(
+    config: Recipe, progress: Progress | None = None, network: NetworkFactory | None = None
+) -> TrainResult:
+    """Train ``network()`` (default PhotoNet) from scratch under ``config`` (no cache involved).
 
-    AdamW with a one-cycle schedule on a fresh stream of augmented, class-balanced crops.
+    AdamW with a one-cycle schedule on a fresh stream of augmented, class-balanced crops;
+    gradients are clipped to norm ``config.grad_clip`` when the config has one (> 0).
     """
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
         torch.manual_seed(config.seed)
         generator = torch.Generator().manual_seed(config.seed)
-        model = net.PhotoNet(len(data.PHOTOS), width=config.width)
+        model = (network or photonet_factory(config))()
+        grad_clip = float(getattr(config, "grad_clip", 0.0))
         optimizer = torch.optim.AdamW(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
@@ -109,6 +137,8 @@ def train_model(config: TrainConfig, progress: Progress | None = None) -> TrainR
             loss = F.cross_entropy(model(images), labels, label_smoothing=config.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if grad_clip > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
             optimizer.step()
             schedule.step()
             value = float(loss.detach())
@@ -139,9 +169,10 @@ def _save(result: TrainResult, path: Path) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def load_cached(config: TrainConfig) -> TrainResult | None:
-    """The cached weights for ``config``, or None when absent or unreadable."""
-    path = weights_path(config)
+def load_cached(config: Recipe, path: Path | None = None) -> TrainResult | None:
+    """The cached weights at ``path`` (default ``weights_path(config)``), or None when absent
+    or unreadable."""
+    path = path or weights_path(config)  # type: ignore[arg-type]
     if not path.is_file():
         return None
     try:
@@ -161,18 +192,27 @@ def load_cached(config: TrainConfig) -> TrainResult | None:
 
 
 def train_cached(
-    config: TrainConfig | None = None, progress: Progress | None = None, force: bool = False
+    config: Recipe | None = None,
+    progress: Progress | None = None,
+    force: bool = False,
+    *,
+    network: NetworkFactory | None = None,
+    path: Path | None = None,
 ) -> TrainResult:
-    """Cached weights for ``config`` (default recipe), training and caching them if needed."""
+    """Cached weights for ``config`` (default recipe), training and caching them if needed.
+
+    Another architecture passes its own ``network`` factory and cache ``path`` (which should
+    contain ``config.key()``); the defaults are PhotoNet under ``weights_path(config)``.
+    """
     config = config or TrainConfig()
+    path = path or weights_path(config)  # type: ignore[arg-type]
     if not force:
-        cached = load_cached(config)
+        cached = load_cached(config, path)
         if cached is not None:
             if progress:
                 progress(1.0, f"loaded cached weights {cached.path}")
             return cached
-    result = train_model(config, progress)
-    path = weights_path(config)
+    result = train_model(config, progress, network)
     _save(result, path)
     result.path = path
     return result

@@ -1,0 +1,75 @@
+"""Training recipe for PhotoViT: photo-cnn's data and training loop, a ViT network and config.
+
+Nothing here copies photo-cnn: crops, augmentation, the held-out split and the AdamW/one-cycle
+loop are ``edgekit.models.photo_cnn.data`` and ``.train``; this module only states the ViT's
+hyper-parameters and where its weights are cached (``cache_dir("photo-vit")``). The cache key
+hashes this config and the source of this file, ``net.py`` and photo-cnn's ``data.py`` and
+``train.py``, so any change to the recipe retrains; writes are atomic (photo-cnn's ``_save``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgekit.cache import cache_dir
+from edgekit.models.photo_cnn import data
+from edgekit.models.photo_cnn import train as photo_train
+from edgekit.models.photo_vit import net
+
+
+@dataclass(frozen=True)
+class ViTTrainConfig:
+    """Everything that determines the trained PhotoViT weights (a ``photo_cnn.train.Recipe``)."""
+
+    steps: int = 360
+    batch_size: int = 96
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    label_smoothing: float = 0.05
+    grad_clip: float = 1.0
+    dim: int = 64
+    depth: int = 4
+    heads: int = 4
+    patch: int = 8
+    mlp_ratio: int = 2
+    seed: int = 0
+    threads: int = 2
+
+    def key(self) -> str:
+        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        for module in (net, data, photo_train):
+            digest.update(Path(module.__file__).read_bytes())
+        digest.update(Path(__file__).read_bytes())
+        return digest.hexdigest()[:16]
+
+    def network(self) -> net.PhotoViT:
+        """A freshly initialised PhotoViT of this shape (10 classes)."""
+        return net.PhotoViT(
+            len(data.PHOTOS),
+            dim=self.dim,
+            depth=self.depth,
+            heads=self.heads,
+            patch=self.patch,
+            mlp_ratio=self.mlp_ratio,
+        )
+
+
+def weights_path(config: ViTTrainConfig) -> Path:
+    """Where the weights for ``config`` are (or will be) cached."""
+    return cache_dir("photo-vit") / f"photovit-{config.key()}.pt"
+
+
+def train_cached(
+    config: ViTTrainConfig | None = None,
+    progress: photo_train.Progress | None = None,
+    force: bool = False,
+) -> photo_train.TrainResult:
+    """Cached PhotoViT weights for ``config`` (default recipe), training them if needed."""
+    config = config or ViTTrainConfig()
+    return photo_train.train_cached(
+        config, progress, force, network=config.network, path=weights_path(config)
+    )

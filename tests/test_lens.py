@@ -1,0 +1,148 @@
+"""Lens + VisiT on the real simulated camera and a real photo-cnn bundle (onnx-fp32)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange
+from edgekit.lens import LensController, grid_from_capabilities, grid_neighbours, paper_grid
+from edgekit.visit import visit_from_logits, visit_scores
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory):
+    """A photo-cnn onnx-fp32 bundle built once for this module, and its session."""
+    from edgekit.lens_bench import bench_bundles
+
+    root = tmp_path_factory.mktemp("lens-bundles")
+    return bench_bundles((("photo-cnn", "onnx-fp32"),), root)["photo-cnn onnx-fp32"].session()
+
+
+@pytest.fixture(scope="module")
+def scene() -> np.ndarray:
+    """One held-out crop of the astronaut photo: (64, 64, 3) float32 in [0, 1]."""
+    from edgekit.lens_bench import scene_crops
+
+    images, _ = scene_crops(1, 7)
+    return images[0]
+
+
+def sim(scene: np.ndarray, lighting: str = "office", seed: int = 0, **options: object) -> Camera:
+    from edgekit.devices.sim_camera import SimCamera
+
+    return SimCamera(scene=scene, lighting=lighting, seed=seed, size=(64, 64), **options)
+
+
+def test_paper_grid_has_27_settings_iso_fastest() -> None:
+    grid = paper_grid()
+    assert len(grid) == 27 and len(set(grid)) == 27
+    assert [g.iso for g in grid[:3]] == [250, 2000, 16000]
+    assert grid[0].shutter_s == grid[2].shutter_s == 1 / 4 and grid[3].shutter_s == 1 / 60
+    assert {g.aperture_f for g in grid[:9]} == {5} and grid[9].aperture_f == 9
+    assert grid[26] == CaptureSettings(iso=16000, shutter_s=1 / 1000, aperture_f=16)
+    assert grid_neighbours(grid)[0] == [1, 3, 9]
+    caps = {
+        "iso": ControlRange("iso", 100, 6400),
+        "shutter_s": ControlRange("shutter_s", 1e-4, 0.5),
+    }
+    small = grid_from_capabilities(caps, 2)
+    assert len(small) == 4 and small[0].iso == 100 and small[1].iso == 6400
+    assert small[0].shutter_s == 0.5 and small[0].aperture_f is None
+
+
+def test_visit_variants_on_known_logits() -> None:
+    logits = np.log(np.array([[0.7, 0.2, 0.1], [1 / 3, 1 / 3, 1 / 3], [0.5, 0.5, 0.0 + 1e-30]]))
+    np.testing.assert_allclose(visit_from_logits(logits, "top1"), [0.7, 1 / 3, 0.5], atol=1e-9)
+    np.testing.assert_allclose(visit_from_logits(logits, "margin"), [0.5, 0, 0], atol=1e-9)
+    entropy = visit_from_logits(logits, "entropy")
+    h0 = -(0.7 * math.log(0.7) + 0.2 * math.log(0.2) + 0.1 * math.log(0.1)) / math.log(3)
+    np.testing.assert_allclose(entropy[:2], [-h0, -1.0], atol=1e-9)
+    assert entropy[2] == pytest.approx(-math.log(2) / math.log(3), abs=1e-9)
+
+
+def test_visit_scores_one_batch_and_resizes(session, scene) -> None:
+    cam = sim(scene)
+    frames = np.stack([cam.capture(s).image for s in paper_grid()[:4]])  # (4, 64, 64, 3)
+    scores, logits = visit_scores(session, frames, return_logits=True)
+    assert scores.shape == (4,) and logits.shape == (4, 10)
+    assert np.all((scores > 0) & (scores <= 1))
+    big = np.repeat(np.repeat(frames, 2, axis=1), 2, axis=2)  # (4, 128, 128, 3)
+    assert visit_scores(session, big).shape == (4,)
+
+
+def test_k27_picks_visit_argmax_ties_to_lower_index(session, scene) -> None:
+    lens = LensController(session, sim(scene), budget_k=27)
+    decision = lens.decide()
+    assert decision.candidates == list(range(27)) and decision.captures == 27
+    assert decision.chosen_index == int(np.argmax(decision.scores))
+    assert decision.score == pytest.approx(float(decision.scores.max()))
+    assert decision.settings == paper_grid()[decision.chosen_index]
+    assert decision.image is not None and decision.image.shape == (64, 64, 3)
+    replay = LensController(None, None, budget_k=27)  # type: ignore[arg-type]
+    tied = np.zeros(27)
+    tied[[4, 11, 20]] = 0.9
+    assert replay.decide_from_scores(tied)[0] == 4
+
+
+@pytest.mark.parametrize("k", [1, 3, 6, 9])
+def test_csa_respects_k_and_latency_budget(session, scene, k: int) -> None:
+    lens = LensController(session, sim(scene), budget_k=k)
+    for _ in range(2):
+        decision = lens.decide()
+        assert decision.captures <= k and len(set(decision.candidates)) == decision.captures
+    budget = 0.12
+    lens = LensController(session, sim(scene), budget_k=k, latency_budget_s=budget)
+    for _ in range(3):
+        decision = lens.decide()
+        assert 1 <= decision.captures <= k
+        planned = sum(lens.grid[i].shutter_s for i in decision.candidates)
+        assert planned <= budget
+        assert all(lens.grid[i].shutter_s < 0.25 for i in decision.candidates)
+
+
+def test_temporal_reuse_starts_from_previous_decision(session, scene) -> None:
+    lens = LensController(session, sim(scene, "dim-room"), budget_k=3)
+    first = lens.decide()
+    assert lens.last_index == first.chosen_index
+    planned = lens.plan()
+    second = lens.decide()
+    assert second.candidates == planned and first.chosen_index in second.candidates
+    assert set(second.candidates) & set(lens.neighbours[first.chosen_index])
+
+
+def test_disconnect_keeps_last_good_setting(session, scene) -> None:
+    lens = LensController(session, sim(scene, fail_after=4), budget_k=3)
+    good = lens.decide()
+    with pytest.raises(CameraDisconnected, match="keeping the last good setting"):
+        lens.decide()
+    assert lens.last_good == good.settings and lens.last_index == good.chosen_index
+
+
+def test_small_lens_bench_has_every_method(tmp_path) -> None:
+    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+    from edgekit.lens_report import lens_checks, lens_plot, lens_table, summarise
+
+    config = LensBenchConfig(
+        seeds=(0,),
+        environments=("dim-room", "daylight"),
+        test_per_class=1,
+        calib_per_class=1,
+        ae_shots=2,
+        targets=(("photo-cnn", "onnx-fp32"),),
+        timing_reps=2,
+    )
+    report = run_lens_bench(config, progress=False, bundle_root=tmp_path)
+    methods = summarise(report)["photo-cnn onnx-fp32"]
+    expected = {"clean", "ae", "naive", "best-fixed", "oracle"}
+    expected |= {f"lens K={k}" for k in (27, 3, 6, 9)}
+    assert set(methods) == expected
+    acc = {m: row["accuracy"][0] for m, row in methods.items()}
+    assert all(0.0 <= a <= 1.0 for a in acc.values())
+    assert acc["oracle"] >= acc["lens K=27"] >= 0.0
+    assert all(acc["oracle"] >= a for m, a in acc.items() if m != "clean")
+    assert lens_table(report).row_count == len(expected)
+    assert {c["claim"] for c in lens_checks(report)}
+    assert lens_plot(report, tmp_path / "lens.png").stat().st_size > 0

@@ -1,0 +1,207 @@
+"""Lens benchmark reports: mean ± std over seeds, the paper-style table, the checks, the PNG.
+
+``summarise(report)`` turns the per-seed runs of ``run_lens_bench`` into
+{model: {method: {"accuracy": (mean, std), "by_env": [(mean, std)], "captures", "latency_ms",
+"visit_ms"}}}; ``lens_checks`` judges the qualitative claims on paired per-seed differences
+("beyond noise" = the mean paired difference exceeds its std over seeds).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHOD_ORDER = ("clean", "ae", "naive", "best-fixed", "lens K=27")
+
+
+def _ordered(methods: list[str]) -> list[str]:
+    lens = sorted(
+        (m for m in methods if m.startswith("lens K=") and m != "lens K=27"),
+        key=lambda m: -int(m.split("=")[1]),
+    )
+    return [*[m for m in METHOD_ORDER if m in methods], *lens, "oracle"]
+
+
+def _ms(values: list[float]) -> tuple[float, float]:
+    return float(np.mean(values)), float(np.std(values))
+
+
+def summarise(report: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per model and method: accuracy/latency/etc. as (mean, std) over the seeds."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for model, entry in report["models"].items():
+        runs = entry["runs"]
+        methods = _ordered(list(runs[0]["methods"]))
+        out[model] = {}
+        for m in methods:
+            rows = [r["methods"][m] for r in runs]
+            row: dict[str, Any] = {"accuracy": _ms([r["accuracy"] for r in rows])}
+            if rows[0].get("by_env"):
+                row["by_env"] = [
+                    _ms(list(v)) for v in zip(*(r["by_env"] for r in rows), strict=True)
+                ]
+            for key, scale in (("captures", 1.0), ("latency_s", 1e3), ("visit_s", 1e3)):
+                if rows[0].get(key) is not None:
+                    name = key.replace("_s", "_ms") if scale != 1.0 else key
+                    row[name] = _ms([float(r[key]) * scale for r in rows])
+            out[model][m] = row
+    return out
+
+
+def _paired(runs: list[dict[str, Any]], a: str, b: str) -> tuple[float, float]:
+    diff = [r["methods"][a]["accuracy"] - r["methods"][b]["accuracy"] for r in runs]
+    return float(np.mean(diff)), float(np.std(diff))
+
+
+def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The qualitative claims per model, each {"model", "claim", "passed", "detail"}."""
+    checks = []
+    for model, entry in report["models"].items():
+        runs = entry["runs"]
+        ks = sorted(int(m.split("=")[1]) for m in runs[0]["methods"] if m.startswith("lens K="))
+        for a, b in (("lens K=27", "best-fixed"), ("best-fixed", "ae"), ("oracle", "lens K=27")):
+            mean, std = _paired(runs, a, b)
+            checks.append(
+                {
+                    "model": model,
+                    "claim": f"{a} > {b} beyond noise",
+                    "passed": bool(mean > 0 and mean > std),
+                    "detail": f"paired diff {100 * mean:+.1f} ± {100 * std:.1f} pts",
+                }
+            )
+        small = [k for k in ks if k <= 6]
+        if small:
+            ae = np.mean([r["methods"]["ae"]["accuracy"] for r in runs])
+            full = np.mean([r["methods"]["lens K=27"]["accuracy"] for r in runs]) - ae
+            k = max(small)
+            part = np.mean([r["methods"][f"lens K={k}"]["accuracy"] for r in runs]) - ae
+            ratio = float(part / full) if full > 0 else float("nan")
+            checks.append(
+                {
+                    "model": model,
+                    "claim": f"K={k} keeps >= 90% of the K=27 gain over AE",
+                    "passed": bool(full > 0 and ratio >= 0.9),
+                    "detail": f"gain K={k} {100 * part:+.1f} vs K=27 {100 * full:+.1f} pts "
+                    f"({100 * ratio:.0f}%)",
+                }
+            )
+    return checks
+
+
+def _fmt(pair: tuple[float, float] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if pair is None:
+        return "-"
+    return f"{scale * pair[0]:.{digits}f} ± {scale * pair[1]:.{digits}f}"
+
+
+def lens_table(report: dict[str, Any]) -> Any:
+    """A rich Table: per model and method, top-1 accuracy (%), captures per decision,
+    capture-to-decision latency (ms: shutter + readout + measured VisiT) and VisiT time (ms)."""
+    from rich.table import Table
+
+    summary = summarise(report)
+    seeds = len(report["config"]["seeds"])
+    table = Table(
+        title=f"Lens on the simulated ES-Diverse set (mean ± std over {seeds} seeds; "
+        f"{report['config']['test_scenes']} test scenes x {len(report['config']['environments'])} "
+        "lighting environments)"
+    )
+    for col in ("Model", "Method", "Top-1 (%)", "Captures", "Capture→decision (ms)", "VisiT (ms)"):
+        table.add_column(col, justify="left" if col in ("Model", "Method") else "right")
+    for model, methods in summary.items():
+        for i, (method, row) in enumerate(methods.items()):
+            table.add_row(
+                model if i == 0 else "",
+                method,
+                _fmt(row["accuracy"], 100),
+                _fmt(row.get("captures")),
+                _fmt(row.get("latency_ms")),
+                _fmt(row.get("visit_ms"), digits=2),
+            )
+        table.add_section()
+    return table
+
+
+def overhead_table(report: dict[str, Any]) -> Any:
+    """A rich Table of measured VisiT batch time (ms) per bundle and batch size (fp32 vs int8)."""
+    from rich.table import Table
+
+    sizes = sorted({int(n) for e in report["models"].values() for n in e["timing_s"]})
+    table = Table(title="VisiT overhead per decision (median ms of one batch, this CPU)")
+    table.add_column("Bundle")
+    for n in sizes:
+        table.add_column(f"batch {n}", justify="right")
+    for model, entry in report["models"].items():
+        timing = {int(k): v for k, v in entry["timing_s"].items()}
+        table.add_row(model, *[f"{1e3 * timing[n]:.2f}" for n in sizes])
+    return table
+
+
+def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    """PNG: accuracy by lighting environment per method (one panel per model, error bars = std)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    summary = summarise(report)
+    envs = report["config"]["environments"]
+    fig, axes = plt.subplots(len(summary), 1, figsize=(12, 3.6 * len(summary)), squeeze=False)
+    for ax, (model, methods) in zip(axes[:, 0], summary.items(), strict=True):
+        shown = [m for m, row in methods.items() if row.get("by_env")]
+        width = 0.8 / len(shown)
+        x = np.arange(len(envs))
+        for j, m in enumerate(shown):
+            mean = [100 * v[0] for v in methods[m]["by_env"]]
+            std = [100 * v[1] for v in methods[m]["by_env"]]
+            ax.bar(x + j * width - 0.4 + width / 2, mean, width, yerr=std, label=m, capsize=2)
+        ax.set_xticks(x, envs)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("top-1 (%)")
+        ax.set_title(model)
+        ax.legend(ncol=len(shown), fontsize=7, loc="upper left")
+    fig.tight_layout()
+    dest = Path(path)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(dest, dpi=110)
+    plt.close(fig)
+    return dest
+
+
+def eval_lens(
+    out_dir: str | os.PathLike[str] = "lens-eval",
+    seeds: int = 3,
+    environments: list[str] | None = None,
+    test_per_class: int = 4,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """``edgekit eval lens``: run the benchmark, print the tables and checks, write
+    ``<out_dir>/lens.json`` and ``<out_dir>/lens.png``; returns the report (with checks)."""
+    from edgekit.benchtable import write_report
+    from edgekit.console import wide_console
+    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+
+    config = LensBenchConfig(
+        seeds=tuple(range(seeds)),
+        environments=tuple(environments) if environments else None,
+        test_per_class=test_per_class,
+    )
+    report = run_lens_bench(config, progress=progress)
+    report["summary"] = summarise(report)
+    report["checks"] = lens_checks(report)
+    out = Path(out_dir)
+    write_report(report, out / "lens.json")
+    lens_plot(report, out / "lens.png")
+    console = wide_console()
+    console.print(lens_table(report))
+    console.print(overhead_table(report))
+    for c in report["checks"]:
+        mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
+        console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+    console.print(f"wrote {out / 'lens.json'} and {out / 'lens.png'} ({report['elapsed_s']:.0f} s)")
+    return report

@@ -1,0 +1,116 @@
+"""VisiT: a training-free capture-quality indicator computed by the deployed classifier itself.
+
+For a batch of candidate captures of one scene, the target model scores each capture from its own
+softmax: ``top1`` = max_c softmax(z)_c (the Lens paper's Q(x)), ``entropy`` = minus the entropy
+normalised by log(C) (in [-1, 0], higher = more confident), ``margin`` = top1 - top2. All
+candidates go through the session in one ``run`` call. Works on any single-input classifier
+bundle: the input name and (fixed) spatial size are read from the session's ``io()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from edgekit.errors import InputError
+
+VARIANTS = ("top1", "entropy", "margin")
+Preprocess = Callable[[np.ndarray, tuple[int, int]], np.ndarray]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of ``logits`` (N, C) -> (N, C) float64."""
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def visit_from_logits(logits: np.ndarray, variant: str = "top1") -> np.ndarray:
+    """VisiT scores (N,) float64 of ``logits`` (N, C); higher means a better capture."""
+    if variant not in VARIANTS:
+        raise InputError(
+            f"unknown VisiT variant '{variant}'; expected one of {', '.join(VARIANTS)}"
+        )
+    probs = softmax(logits)  # (N, C)
+    if variant == "top1":
+        return probs.max(axis=1)
+    if variant == "margin":
+        top2 = np.sort(probs, axis=1)[:, -2:]  # (N, 2) ascending
+        return top2[:, 1] - top2[:, 0]
+    entropy = -(probs * np.log(np.clip(probs, 1e-12, None))).sum(axis=1)  # (N,)
+    return -entropy / np.log(probs.shape[1])
+
+
+def input_spec(runner: Any) -> tuple[str, tuple[int, int] | None]:
+    """(input name, fixed (H, W) or None when spatial axes are dynamic) of a classifier session.
+
+    Runners without ``io()`` are assumed to take "image" (B, 3, H, W).
+    """
+    if not hasattr(runner, "io"):
+        return "image", None
+    inputs, _ = runner.io()
+    if len(inputs) != 1 or len(inputs[0].shape) != 4:
+        raise InputError("VisiT needs a classifier with one (B, 3, H, W) image input")
+    spec = inputs[0]
+    h, w = spec.shape[2], spec.shape[3]
+    return spec.name, (h, w) if isinstance(h, int) and isinstance(w, int) else None
+
+
+def default_preprocess(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Captures (N, H, W, 3) uint8 RGB -> (N, 3, h, w) float32 in [0, 1], resized to ``size``.
+
+    Resizing (only when sizes differ) is bilinear and anti-aliased (scikit-image).
+    """
+    x = np.asarray(images)
+    if x.ndim != 4 or x.shape[-1] != 3:
+        raise InputError(f"captures must be (N, H, W, 3) RGB, got shape {x.shape}")
+    x = x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)
+    if x.shape[1:3] != tuple(size):
+        from skimage.transform import resize
+
+        x = np.stack([resize(img, (*size, 3), order=1, anti_aliasing=True) for img in x]).astype(
+            np.float32
+        )
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # (N, 3, h, w)
+
+
+def classify(
+    runner: Any,
+    images: np.ndarray | Sequence[np.ndarray],
+    preprocess: Preprocess | None = None,
+    output: str | None = None,
+) -> np.ndarray:
+    """Logits (N, C) float32 of captures ``images`` (N, H, W, 3) uint8 in one ``run`` call."""
+    name, size = input_spec(runner)
+    batch = np.stack(list(images)) if not isinstance(images, np.ndarray) else images
+    size = size or (int(batch.shape[1]), int(batch.shape[2]))
+    feeds = {name: (preprocess or default_preprocess)(batch, size)}
+    outputs = runner.run(feeds)
+    key = output or ("logits" if "logits" in outputs else next(iter(outputs)))
+    return np.asarray(outputs[key], dtype=np.float32)
+
+
+def visit_scores(
+    runner: Any,
+    images: np.ndarray | Sequence[np.ndarray],
+    variant: str = "top1",
+    preprocess: Preprocess | None = None,
+    return_logits: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+    """VisiT scores (N,) of candidate captures (N, H, W, 3) uint8 RGB of one scene.
+
+    ``runner``: a bundle Session (or anything with ``run(feeds)``); ``preprocess`` maps
+    (N, H, W, 3) captures and the model's (h, w) to its (N, 3, h, w) float32 input. With
+    ``return_logits`` also returns the logits (N, C) (for the predicted labels).
+    """
+    logits = classify(runner, images, preprocess)
+    scores = visit_from_logits(logits, variant)
+    return (scores, logits) if return_logits else scores
+
+
+def best_index(scores: np.ndarray) -> int:
+    """Index of the highest score; ties go to the lower index (``np.argmax`` semantics)."""
+    return int(np.argmax(np.asarray(scores)))
