@@ -159,3 +159,8 @@ def test_bench_cli_writes_json_and_plot(user_bundle: Path, tmp_path: Path) -> No
     assert [r["runtime"] for r in report["results"]] == ["onnxruntime", "openvino"]
     assert all(r["status"] == "ok" for r in report["results"])
     assert report["environment"]["cpu"] and out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_negative_budget_is_refused(user_bundle: Path) -> None:
+    res = edgekit("verify", str(user_bundle), "--budget", "-0.5")
+    assert res.returncode == 2 and "relative drop in [0, 1)" in res.stderr

@@ -29,6 +29,7 @@ from edgekit.card import ModelCard
 from edgekit.errors import ParityError
 from edgekit.exporters import ExportOptions, Target, format_module
 from edgekit.progress import step_progress
+from edgekit.sources import weights_record
 from edgekit.verify import VerifyReport, require_pass, verify_runners
 
 
@@ -150,9 +151,11 @@ def build_bundle(
                     try:
                         require_pass(report)
                     except ParityError as exc:
-                        raise ParityError(
+                        err = ParityError(
                             f"{exc} (report: {failed}; bundle not written)", exc.report
-                        ) from None
+                        )
+                        err.verify_report = report
+                        raise err from None
             step("writing bundle")
             manifest: dict[str, Any] = {
                 "model": card.name,
@@ -167,7 +170,7 @@ def build_bundle(
                     "per_channel": options.per_channel,
                     "fuse": options.fuse,
                 },
-                "source": card.source(),
+                "source": {**card.source(), **weights_record(card)},
                 "preprocessing": card.preprocessing(),
                 "labels": card.labels(),
                 "runtime": runtime_name,

@@ -162,14 +162,20 @@ def export_cmd(
         from edgekit.errors import InputError
 
         raise InputError("--out names one bundle; drop it to export several targets")
+    from edgekit.errors import ParityError
+    from edgekit.reports import verify_table
+
     for target in targets:
-        bundle, report = build_bundle(
-            card, target, out, options, verify=verify, budget=budget, threads=threads
-        )
+        try:
+            bundle, report = build_bundle(
+                card, target, out, options, verify=verify, budget=budget, threads=threads
+            )
+        except ParityError as exc:
+            if exc.verify_report is not None:
+                _console().print(verify_table(exc.verify_report))
+            raise
         _console().print(f"[green]wrote[/] {bundle.path} ({target})")
         if report is not None:
-            from edgekit.reports import verify_table
-
             _console().print(verify_table(report))
 
 

@@ -38,6 +38,7 @@ class ParityError(EdgekitError):
     def __init__(self, message: str, report: dict | None = None) -> None:
         super().__init__(message)
         self.report = report or {}
+        self.verify_report: object | None = None  # the VerifyReport, when verify raised this
 
 
 class SelfTestError(BundleError):

@@ -9,7 +9,16 @@ lower grid index). CSA here is our own design (the paper does not publish one):
 3. a coarse sweep across the exposure-value range (evenly spaced EV quantiles of the grid).
 
 Neighbours and sweep points are interleaved after the prior; a cold start (no prior) spends the
-whole budget on the sweep. With a per-decision latency budget
+whole budget on the sweep. That is ``strategy="ev-sweep"``. Two more CSAs (``STRATEGIES``):
+
+- ``"metered"``: anchor on the camera's own meter (free: cameras meter from the preview stream):
+  the grid EV level nearest the metered EV, then the levels 1, 2, ... steps below/above it;
+  within a level (settings within ``EV_LEVEL_TOL`` stops) lower ISO, then faster shutter first.
+  Without a meter (camera has no ``meter()``) it falls back to "ev-sweep".
+- ``"two-stage"``: a coarse EV sweep of ceil(K/2) captures, scored, then the rest of K on the EV
+  levels around the best of them (two VisiT batches).
+
+With a per-decision latency budget
 each candidate costs its shutter time plus the camera's readout (estimated from past frames);
 inference time (measured, last batch) is reserved up front; candidates that would overrun the
 budget are skipped, shortest-shutter ones can still get in.
@@ -30,6 +39,9 @@ PAPER_ISO = (250.0, 2000.0, 16000.0)
 PAPER_SHUTTER_S = (1 / 4, 1 / 60, 1 / 1000)
 PAPER_APERTURE_F = (5.0, 9.0, 16.0)
 AXES = ("iso", "shutter_s", "aperture_f")
+STRATEGIES = ("ev-sweep", "metered", "two-stage")
+DEFAULT_STRATEGY = "ev-sweep"
+EV_LEVEL_TOL = 0.5  # stops; fixed a priori: settings this close in EV count as one EV level
 
 
 def _cartesian(iso: tuple, shutter: tuple, aperture: tuple) -> list[CaptureSettings]:
@@ -93,6 +105,32 @@ def grid_ev(grid: list[CaptureSettings]) -> np.ndarray:
     return np.array([s.exposure_value() or 0.0 for s in grid])
 
 
+def ev_levels(grid: list[CaptureSettings], tol: float = EV_LEVEL_TOL) -> list[list[int]]:
+    """Grid indices grouped into EV levels, ascending EV: a level starts at its lowest EV and
+    takes every setting within ``tol`` stops of it; members ordered lower ISO, then faster
+    shutter (less noise, less blur), then lower index."""
+    ev = grid_ev(grid)
+    levels: list[list[int]] = []
+    for i in np.argsort(ev, kind="stable").tolist():
+        if levels and ev[i] - ev[levels[-1][0]] <= tol:
+            levels[-1].append(i)
+        else:
+            levels.append([i])
+    key = lambda i: (grid[i].iso or 0.0, grid[i].shutter_s or 0.0, i)  # noqa: E731
+    return [sorted(level, key=key) for level in levels]
+
+
+def around_level(levels: list[list[int]], centre: int) -> list[int]:
+    """Grid indices ranked by EV-level distance from level ``centre``: each level's preferred
+    setting first (centre, -1, +1, -2, +2, ...), then the levels' other members in that order."""
+    order = [centre]
+    for step in range(1, len(levels)):
+        order.extend(c for c in (centre - step, centre + step) if 0 <= c < len(levels))
+    firsts = [levels[c][0] for c in order]
+    rest = [i for c in order for i in levels[c][1:]]
+    return firsts + rest
+
+
 @dataclass
 class Decision:
     """One Lens decision. ``image``: the chosen capture (H, W, 3) uint8; ``scores``: VisiT of
@@ -134,7 +172,8 @@ class LensController:
 
     ``runner``: a classifier session (VisiT scorer); ``camera``: any Camera; ``grid``: candidate
     settings (default ``paper_grid()``); ``variant``: VisiT variant; ``latency_budget_s``: per
-    decision cap on shutter + readout + inference (None = no cap); ``labels``: class names.
+    decision cap on shutter + readout + inference (None = no cap); ``labels``: class names;
+    ``strategy``: candidate selection, one of ``STRATEGIES``.
     """
 
     def __init__(
@@ -147,7 +186,11 @@ class LensController:
         latency_budget_s: float | None = None,
         labels: list[str] | None = None,
         readout_s: float = 0.0,
+        strategy: str = DEFAULT_STRATEGY,
     ) -> None:
+        if strategy not in STRATEGIES:
+            raise InputError(f"unknown strategy '{strategy}'; expected one of {STRATEGIES}")
+        self.strategy = strategy
         self.runner = runner
         self.camera = camera
         self.grid = list(grid) if grid is not None else paper_grid()
@@ -159,6 +202,8 @@ class LensController:
         self.labels = labels
         self.neighbours = grid_neighbours(self.grid)
         self.ev = grid_ev(self.grid)
+        self.levels = ev_levels(self.grid)
+        self.level_of = {i: n for n, level in enumerate(self.levels) for i in level}
         self.readout_s = readout_s  # per-capture estimate, updated from frames
         self.inference_s: float | None = None  # last measured batch inference
         self.last_index: int | None = None
@@ -179,12 +224,34 @@ class LensController:
         """The previous decision, else the setting at the middle of the EV range."""
         return self.last_index if self.last_index is not None else self.sweep(1)[0]
 
-    def plan(self, k: int | None = None) -> list[int]:
+    def anchor(self, meter_ev: float) -> int:
+        """The preferred setting of the EV level holding the grid setting nearest ``meter_ev``."""
+        nearest = int(np.argmin(np.abs(self.ev - meter_ev)))
+        return self.levels[self.level_of[nearest]][0]
+
+    def stage_one_k(self, k: int) -> int:
+        """Captures of the first (sweep) stage of "two-stage" for budget ``k``: ceil(k/2)."""
+        return (k + 1) // 2
+
+    def refine(self, best: int, taken: list[int], count: int) -> list[int]:
+        """Second stage of "two-stage": up to ``count`` new indices around grid ``best``'s EV
+        level (its neighbouring levels first), ascending."""
+        ranked = [i for i in around_level(self.levels, self.level_of[best]) if i not in taken]
+        return sorted(self._fit_budget(ranked[:count], spent=taken) if count > 0 else [])
+
+    def plan(self, k: int | None = None, meter_ev: float | None = None) -> list[int]:
         """Candidate grid indices (<= K, within the latency budget), ascending; the budget drops
-        the least promising first (ranking: prior, then neighbours and sweep interleaved)."""
+        the least promising first. "ev-sweep" ranking: prior, then neighbours and sweep
+        interleaved; "metered" (with ``meter_ev``): the anchor, then EV levels around it;
+        "two-stage": the first stage only (ceil(K/2) sweep points; see ``refine``)."""
         k = min(k or self.budget_k, len(self.grid))
         if k >= len(self.grid):
             ranked = list(range(len(self.grid)))
+        elif self.strategy == "metered" and meter_ev is not None:
+            ranked = around_level(self.levels, self.level_of[self.anchor(meter_ev)])[:k]
+        elif self.strategy == "two-stage":
+            ranked = list(dict.fromkeys([*self.sweep(self.stage_one_k(k)), *range(len(self.grid))]))
+            ranked = ranked[: self.stage_one_k(k)]
         elif self.last_index is None:  # cold start: spread the budget over the EV range
             ranked = list(dict.fromkeys([*self.sweep(k), *range(len(self.grid))]))[:k]
         else:
@@ -203,15 +270,18 @@ class LensController:
         """Expected capture time of grid setting ``index``: shutter + readout estimate."""
         return float(self.grid[index].shutter_s or 0.0) + self.readout_s
 
-    def _fit_budget(self, ranked: list[int]) -> list[int]:
+    def _fit_budget(self, ranked: list[int], spent: list[int] | None = None) -> list[int]:
         if self.latency_budget_s is None:
             return ranked
         left = self.latency_budget_s - (self.inference_s or 0.0)
+        left -= sum(self.capture_cost_s(i) for i in spent or [])
         kept = []
         for i in ranked:
             if self.capture_cost_s(i) <= left:
                 kept.append(i)
                 left -= self.capture_cost_s(i)
+        if spent:  # second stage: nothing is forced in
+            return kept
         return kept or [min(ranked, key=self.capture_cost_s)]
 
     def commit(self, index: int) -> None:
@@ -231,25 +301,35 @@ class LensController:
 
         if scene_frame is not None and hasattr(self.camera, "set_scene"):
             self.camera.set_scene(scene_frame)
-        candidates = self.plan()
-        frames = []
-        for n, i in enumerate(candidates):
-            try:
-                frames.append(self.camera.capture(self.grid[i]))
-            except CameraDisconnected as exc:
-                keep = self.last_good.describe() if self.last_good else "none yet"
-                raise CameraDisconnected(
-                    f"camera disconnected during a Lens decision after {n} of {len(candidates)} "
-                    f"captures; keeping the last good setting ({keep}): {exc}"
-                ) from exc
-        capture_s = float(sum(f.latency_s for f in frames))
-        extra = [f.latency_s - float(f.settings.shutter_s or 0.0) for f in frames]
-        self.readout_s = max(0.0, float(np.median(extra)))
+        meter_ev = None
+        if self.strategy == "metered" and hasattr(self.camera, "meter"):
+            meter_ev = self.camera.meter().exposure_value()
+        candidates = self.plan(meter_ev=meter_ev)
+        frames = self._capture(candidates, 0)
         started = time.perf_counter()
         scores, logits = visit_scores(
             self.runner, np.stack([f.image for f in frames]), self.variant, return_logits=True
         )
-        self.inference_s = time.perf_counter() - started
+        k, first_s = min(self.budget_k, len(self.grid)), 0.0
+        if self.strategy == "two-stage" and k < len(self.grid):
+            extra = self.refine(candidates[best_index(scores)], candidates, k - len(candidates))
+            if extra:
+                first_s = time.perf_counter() - started
+                frames += self._capture(extra, len(candidates))
+                started = time.perf_counter()
+                more, more_logits = visit_scores(
+                    self.runner, np.stack([f.image for f in frames[len(candidates) :]]),
+                    self.variant, return_logits=True,
+                )  # fmt: skip
+                scores = np.concatenate([scores, more])
+                logits = np.concatenate([logits, more_logits])
+                order = np.argsort(candidates + extra, kind="stable")  # ascending grid index
+                candidates = [(candidates + extra)[i] for i in order]
+                frames, scores, logits = [frames[i] for i in order], scores[order], logits[order]
+        capture_s = float(sum(f.latency_s for f in frames))
+        readout = [f.latency_s - float(f.settings.shutter_s or 0.0) for f in frames]
+        self.readout_s = max(0.0, float(np.median(readout)))
+        self.inference_s = first_s + time.perf_counter() - started  # every VisiT batch
         best = best_index(scores)
         chosen = candidates[best]
         self.commit(chosen)
@@ -271,12 +351,31 @@ class LensController:
             and sum(self.capture_cost_s(i) for i in candidates) > self.latency_budget_s,
         )
 
+    def _capture(self, candidates: list[int], done: int) -> list[Any]:
+        frames = []
+        for n, i in enumerate(candidates):
+            try:
+                frames.append(self.camera.capture(self.grid[i]))
+            except CameraDisconnected as exc:
+                keep = self.last_good.describe() if self.last_good else "none yet"
+                raise CameraDisconnected(
+                    f"camera disconnected during a Lens decision after {done + n} of "
+                    f"{done + len(candidates)} planned captures; keeping the last good setting "
+                    f"({keep}): {exc}"
+                ) from exc
+        return frames
+
     def decide_from_scores(
-        self, all_scores: np.ndarray, k: int | None = None
+        self, all_scores: np.ndarray, k: int | None = None, meter_ev: float | None = None
     ) -> tuple[int, list[int]]:
-        """Replay a decision on precomputed VisiT ``all_scores`` (N,) over the whole grid: plan,
-        pick the best candidate (ties: lower index), commit. Returns (grid index, candidates)."""
-        candidates = self.plan(k)
+        """Replay a decision on precomputed VisiT ``all_scores`` (N,) over the whole grid: plan
+        (and, for "two-stage", refine), pick the best candidate (ties: lower index), commit.
+        ``meter_ev``: the camera's metered EV ("metered"). Returns (grid index, candidates)."""
+        k = min(k or self.budget_k, len(self.grid))
+        candidates = self.plan(k, meter_ev)
+        if self.strategy == "two-stage" and k < len(self.grid):
+            first = candidates[int(np.argmax(all_scores[candidates]))]
+            candidates = sorted(candidates + self.refine(first, candidates, k - len(candidates)))
         chosen = candidates[int(np.argmax(all_scores[candidates]))]
         self.commit(chosen)
         return chosen, candidates

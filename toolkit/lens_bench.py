@@ -5,7 +5,11 @@ captured in every lighting environment at the 27 paper settings plus ``ae_shots`
 shots. Per simulator seed the capture set is built once (deterministic under the seed) and every
 classifier bundle scores it, one ``Session.run`` per scene and environment (all its captures).
 Best-fixed is calibrated on separate calibration scenes and applied to the test scenes. Lens is
-replayed per environment as a stream (temporal reuse from the previous scene's decision).
+replayed per environment as a stream (temporal reuse from the previous scene's decision), once per
+candidate-selection strategy (lens.STRATEGIES) and budget K; the "metered" strategy reads the
+camera's meter (with its metering error) once per scene and environment, no capture. VisiT variants
+are compared on the same logits. The strategies are also replayed on the calibration scenes, which
+is where the default strategy was chosen.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.lens import LensController, paper_grid
+from edgekit.lens import DEFAULT_STRATEGY, STRATEGIES, LensController, paper_grid
 from edgekit.lens_baselines import (
     ae_accuracy,
     best_fixed_accuracy,
@@ -104,7 +108,8 @@ def capture_set(
     scenes: np.ndarray, environments: list[str], seed: int, ae_shots: int, step: Any = None
 ) -> dict[str, np.ndarray]:
     """Captures of every scene (S, 64, 64, 3) in every environment: "grid" (E, S, 27, 64, 64, 3)
-    uint8, "grid_latency" (E, S, 27) s, "ae" (E, S, A, 64, 64, 3) uint8, "ae_latency" (E, S, A)."""
+    uint8, "grid_latency" (E, S, 27) s, "ae" (E, S, A, 64, 64, 3) uint8, "ae_latency" (E, S, A),
+    "meter_ev" (E, S): the camera's metered EV100 (program-mode AE, with metering error)."""
     from edgekit.devices.camera import CaptureSettings
     from edgekit.devices.sim_camera import SimCamera
 
@@ -116,11 +121,14 @@ def capture_set(
         "grid_latency": np.zeros((e, s, len(grid))),
         "ae": np.zeros((e, s, ae_shots, h, w, 3), np.uint8),
         "ae_latency": np.zeros((e, s, ae_shots)),
+        "meter_ev": np.zeros((e, s)),
     }
     for ei, env in enumerate(environments):
         camera = SimCamera(scene=scenes[0], lighting=env, seed=seed * 1000 + ei, size=(h, w))
         for si, scene in enumerate(scenes):
             camera.set_scene(scene)
+            meter = camera.meter(np.random.default_rng((seed, ei, si, 7)))
+            out["meter_ev"][ei, si] = meter.exposure_value()
             for gi, setting in enumerate(grid):
                 frame = camera.capture(setting)
                 out["grid"][ei, si, gi], out["grid_latency"][ei, si, gi] = (
@@ -138,20 +146,25 @@ def capture_set(
 def score_captures(
     session: Any, captures: dict[str, np.ndarray], variant: str
 ) -> dict[str, np.ndarray]:
-    """Logits-derived arrays for one classifier: "grid_pred" (E, S, 27), "grid_score" (E, S, 27),
-    "ae_pred" (E, S, A); one session run per scene and environment (27 + A captures)."""
-    from edgekit.visit import visit_scores
+    """Logits-derived arrays for one classifier: "grid_pred" (E, S, 27), "grid_score" (E, S, 27)
+    (VisiT ``variant``), "grid_score_<v>" (E, S, 27) for every VisiT variant v, "ae_pred" (E, S, A);
+    one session run per scene and environment (27 + A captures)."""
+    from edgekit.visit import VARIANTS, visit_from_logits, visit_scores
 
     e, s, n = captures["grid"].shape[:3]
     a = captures["ae"].shape[2]
     pred, score, ae_pred = np.zeros((e, s, n), int), np.zeros((e, s, n)), np.zeros((e, s, a), int)
+    by_variant = {v: np.zeros((e, s, n)) for v in VARIANTS}
     for ei in range(e):
         for si in range(s):
             batch = np.concatenate([captures["grid"][ei, si], captures["ae"][ei, si]])
             scores, logits = visit_scores(session, batch, variant, return_logits=True)
             pred[ei, si], score[ei, si] = logits[:n].argmax(1), scores[:n]
             ae_pred[ei, si] = logits[n:].argmax(1)
-    return {"grid_pred": pred, "grid_score": score, "ae_pred": ae_pred}
+            for v in VARIANTS:
+                by_variant[v][ei, si] = visit_from_logits(logits[:n], v)
+    out = {"grid_pred": pred, "grid_score": score, "ae_pred": ae_pred}
+    return {**out, **{f"grid_score_{v}": by_variant[v] for v in VARIANTS}}
 
 
 def inference_times(session: Any, sizes: list[int], reps: int) -> dict[int, float]:
@@ -173,19 +186,52 @@ def inference_times(session: Any, sizes: list[int], reps: int) -> dict[int, floa
 
 
 def replay_lens(
-    scores: np.ndarray, latency: np.ndarray, k: int
+    scores: np.ndarray,
+    latency: np.ndarray,
+    k: int,
+    strategy: str = DEFAULT_STRATEGY,
+    meter_ev: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Lens with budget ``k`` streamed over each environment's scenes: scores/latency (E, S, 27).
+    """Lens with budget ``k`` streamed over each environment's scenes: scores/latency (E, S, 27),
+    ``meter_ev`` (E, S) the metered EV ("metered" strategy).
 
     Returns chosen grid index (E, S), captures per decision (E, S), capture latency (E, S) s."""
     e, s, _ = scores.shape
     chosen, count, cap = np.zeros((e, s), int), np.zeros((e, s), int), np.zeros((e, s))
     for ei in range(e):
-        controller = LensController(None, None, budget_k=k)  # type: ignore[arg-type]
+        controller = LensController(None, None, budget_k=k, strategy=strategy)  # type: ignore[arg-type]
         for si in range(s):
-            chosen[ei, si], candidates = controller.decide_from_scores(scores[ei, si])
+            ev = None if meter_ev is None else float(meter_ev[ei, si])
+            chosen[ei, si], candidates = controller.decide_from_scores(scores[ei, si], meter_ev=ev)
             count[ei, si], cap[ei, si] = len(candidates), latency[ei, si, candidates].sum()
     return chosen, count, cap
+
+
+def lens_method(k: int, strategy: str | None = None, variant: str | None = None) -> str:
+    """Report name of a Lens row: "lens K=27", "lens K=6 metered", "lens K=6 metered [margin]"."""
+    name = f"lens K={k}" if strategy is None else f"lens K={k} {strategy}"
+    return name if variant is None else f"{name} [{variant}]"
+
+
+def lens_rows(ks: list[int], check_k: int | None) -> list[tuple[int, str | None, str | None]]:
+    """(K, strategy, VisiT variant) of every Lens row: K=27 (all strategies coincide), each
+    strategy at each small K, and the other VisiT variants at K=27 and at K=``check_k`` (default
+    strategy); variant None = the configured one."""
+    rows: list[tuple[int, str | None, str | None]] = [(27, None, None)]
+    rows += [(k, s, None) for k in sorted(ks, reverse=True) if k < 27 for s in STRATEGIES]
+    for v in ("margin", "entropy"):
+        rows.append((27, None, v))
+        if check_k is not None:
+            rows.append((check_k, DEFAULT_STRATEGY, v))
+    return rows
+
+
+def visit_time(times: dict[int, float], k: int, strategy: str | None) -> float:
+    """VisiT seconds of one decision: one batch of K, or two ("two-stage", K < 27)."""
+    if strategy == "two-stage" and k < 27:
+        first = (k + 1) // 2
+        return times[first] + (times[k - first] if k > first else 0.0)
+    return times[k]
 
 
 def evaluate_seed(
@@ -197,9 +243,12 @@ def evaluate_seed(
     caps: dict[str, np.ndarray],
     times: dict[int, float],
     ks: list[int],
+    calib_caps: dict[str, np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """All methods for one classifier and seed: {"methods": {name: {accuracy, by_env, captures,
-    latency_s, visit_s}}, "best_fixed_index"}. ``test``/``calib`` from score_captures."""
+    latency_s, visit_s}}, "best_fixed_index", "calibration": {"lens K=k strategy": accuracy on
+    the calibration scenes}}. ``test``/``calib`` from score_captures; ``caps``/``calib_caps``
+    their capture sets (latency, meter)."""
     correct = test["grid_pred"] == labels[None, :, None]  # (E, S, 27)
     ae_correct = test["ae_pred"] == labels[None, :, None]  # (E, S, A)
     calib_correct = (calib["grid_pred"] == calib_labels[None, :, None]).reshape(
@@ -225,21 +274,37 @@ def evaluate_seed(
     methods["best-fixed"]["by_env"] = [
         float(correct[e, :, fixed_index].mean()) for e in range(env_count)
     ]
-    for k in [27, *ks]:
-        chosen, count, cap = replay_lens(test["grid_score"], caps["grid_latency"], k)
-        methods[f"lens K={k}"] = {
+    check_k = max([k for k in ks if k <= 6], default=None)
+    for k, strategy, variant in lens_rows(ks, check_k):
+        scores = test["grid_score" if variant is None else f"grid_score_{variant}"]
+        chosen, count, cap = replay_lens(
+            scores, caps["grid_latency"], k, strategy, caps.get("meter_ev")
+        )
+        visit_s = visit_time(times, k, strategy)
+        methods[lens_method(k, strategy, variant)] = {
             "accuracy": chosen_accuracy(flat, chosen.reshape(-1)),
             "by_env": [chosen_accuracy(correct[e], chosen[e]) for e in range(env_count)],
             "captures": float(count.mean()),
-            "latency_s": float(cap.mean()) + times[k],
-            "visit_s": times[k],
+            "latency_s": float(cap.mean()) + visit_s,
+            "visit_s": visit_s,
         }
+    calibration = {}
+    if calib_caps is not None:
+        for k in ks:
+            for strategy in STRATEGIES:
+                chosen, _, _ = replay_lens(
+                    calib["grid_score"], calib_caps["grid_latency"], k, strategy,
+                    calib_caps.get("meter_ev"),
+                )  # fmt: skip
+                calibration[lens_method(k, strategy)] = chosen_accuracy(
+                    calib_correct, chosen.reshape(-1)
+                )
     methods["oracle"] = {
         "accuracy": oracle_accuracy(flat),
         "by_env": [oracle_accuracy(correct[e]) for e in range(env_count)],
         "captures": correct.shape[2],
     }
-    return {"methods": methods, "best_fixed_index": fixed_index}
+    return {"methods": methods, "best_fixed_index": fixed_index, "calibration": calibration}
 
 
 def run_lens_bench(
@@ -260,7 +325,8 @@ def run_lens_bench(
     with step_progress("lens bench", steps, progress) as step:
         times = {}
         for name, sess in sessions.items():
-            times[name] = inference_times(sess, sorted({1, 27, *ks}), config.timing_reps)
+            sizes = {1, 27, *ks, *((k + 1) // 2 for k in ks), *(k // 2 for k in ks if k > 1)}
+            times[name] = inference_times(sess, sorted(sizes), config.timing_reps)
             step(f"timed VisiT of {name}")
         for seed in config.seeds:
             test_scenes, labels = scene_crops(config.test_per_class, 100 + seed)
@@ -287,6 +353,7 @@ def run_lens_bench(
                             test_caps,
                             times[name],
                             ks,
+                            calib_caps,
                         ),
                     }
                 )
@@ -301,6 +368,8 @@ def run_lens_bench(
             "ae_shots": config.ae_shots,
             "ks": ks,
             "variant": config.variant,
+            "strategies": list(STRATEGIES),
+            "default_strategy": DEFAULT_STRATEGY,
             "grid": [s.describe() for s in paper_grid()],
         },
         "models": {name: {"runs": r, "timing_s": times[name]} for name, r in runs.items()},

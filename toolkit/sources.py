@@ -42,3 +42,28 @@ def card_from_source(source: Mapping[str, Any]) -> ModelCard:
     from edgekit.registry import get_card
 
     return get_card(str(name), **dict(source.get("options") or {}))
+
+
+def weights_record(card: ModelCard) -> dict[str, str]:
+    """{"weights": id} for cards trained in-repo: the cached weight file's name, which carries a
+    hash of the training recipe; {} for pretrained cards and user modules."""
+    from pathlib import Path
+
+    trained = card.train() if card.name != "module" else None
+    path = getattr(trained, "path", None)
+    return {"weights": Path(path).stem} if path else {}
+
+
+def check_weights(card: ModelCard, source: Mapping[str, Any]) -> None:
+    """BundleError when the bundle was exported from other trained weights than this card has
+    (the training recipe changed since), so verify does not blame the artifact for it."""
+    recorded = source.get("weights")
+    if not recorded:
+        return
+    current = weights_record(card).get("weights")
+    if current != recorded:
+        raise BundleError(
+            f"the bundle was exported from {card.name} weights '{recorded}' but this machine's "
+            f"{card.name} weights are '{current}' (the training recipe changed): re-export the "
+            "bundle, or run `edgekit selftest` to check it against its own golden I/O"
+        )

@@ -70,6 +70,10 @@ def _limit_check(name: str, value: float, limit: float, kind: str, detail: str =
 def budget_for(card: ModelCard, precision: str, budget: float | None = None) -> float:
     """The relative metric drop accepted for ``precision`` (user budget overrides the card's)."""
     if budget is not None:
+        if not 0 <= budget < 1:
+            from edgekit.errors import InputError
+
+            raise InputError(f"the accuracy budget is a relative drop in [0, 1), got {budget}")
         return budget
     if precision == "int8":
         return card.int8_budget
@@ -201,10 +205,12 @@ def verify_bundle(
     ones shipped in the bundle. Returns the report (call ``require_pass`` to raise on a miss).
     """
     from edgekit.bundle import Bundle
-    from edgekit.sources import card_from_source
+    from edgekit.sources import card_from_source, check_weights
 
     bundle = Bundle.load(path)
-    card = card or card_from_source(bundle.manifest.get("source") or {})
+    source = bundle.manifest.get("source") or {}
+    card = card or card_from_source(source)
+    check_weights(card, source)
     runtime_name = runtime or bundle.default_runtime()
     sessions = bundle.sessions(runtime=runtime_name, device=device, threads=threads)
     golden = {name: bundle.golden(name)[0] for name, entry in bundle.graphs.items() if entry.golden}
