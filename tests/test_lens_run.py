@@ -1,0 +1,38 @@
+"""`edgekit run lens` end to end: the real simulated camera, a real classifier bundle, a log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.errors import InputError
+from edgekit.lens import paper_grid
+from edgekit.lens_run import run_lens
+
+
+def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "lens.jsonl"
+    decisions = run_lens("sim:seed=4,lighting=dim-room", "photo-cnn", budget_k=6, frames=3, log=log)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(decisions) == len(lines) == 3
+    grid = {(s.iso, s.shutter_s, s.aperture_f) for s in paper_grid()}
+    for row in lines:
+        chosen = row["settings"]
+        assert (chosen["iso"], chosen["shutter_s"], chosen["aperture_f"]) in grid
+        assert row["captures"] <= 6 and 0.0 <= row["score"] <= 1.0
+        assert row["total_s"] >= row["capture_latency_s"] > 0
+    strip = log.with_suffix(".png")
+    assert strip.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_camera_without_controls_is_a_clear_error(tmp_path: Path) -> None:
+    from skimage.io import imsave
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    imsave(frames / "000.png", np.full((32, 32, 3), 128, np.uint8))
+    with pytest.raises(InputError):
+        run_lens(f"file:{frames}", "photo-cnn", frames=1, log=tmp_path / "x.jsonl")
