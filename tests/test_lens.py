@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange
-from edgekit.lens import LensController, grid_from_capabilities, grid_neighbours, paper_grid
+from edgekit.lens import (
+    DEFAULT_STRATEGY,
+    STRATEGIES,
+    LensController,
+    ev_levels,
+    grid_from_capabilities,
+    grid_neighbours,
+    paper_grid,
+)
 from edgekit.visit import visit_from_logits, visit_scores
 
 
@@ -104,7 +112,7 @@ def test_csa_respects_k_and_latency_budget(session, scene, k: int) -> None:
 
 
 def test_temporal_reuse_starts_from_previous_decision(session, scene) -> None:
-    lens = LensController(session, sim(scene, "dim-room"), budget_k=3)
+    lens = LensController(session, sim(scene, "dim-room"), budget_k=3, strategy="ev-sweep")
     first = lens.decide()
     assert lens.last_index == first.chosen_index
     planned = lens.plan()
@@ -119,6 +127,56 @@ def test_disconnect_keeps_last_good_setting(session, scene) -> None:
     with pytest.raises(CameraDisconnected, match="keeping the last good setting"):
         lens.decide()
     assert lens.last_good == good.settings and lens.last_index == good.chosen_index
+
+
+@pytest.mark.parametrize("k", [1, 3, 6, 9])
+def test_metered_strategy_anchors_on_the_meter(session, scene, k: int) -> None:
+    lens = LensController(session, sim(scene, "dim-room"), budget_k=k, strategy="metered")
+    meter_ev = lens.camera.meter().exposure_value()
+    anchor = lens.anchor(meter_ev)
+    nearest = int(np.argmin(np.abs(lens.ev - meter_ev)))
+    assert abs(lens.ev[anchor] - lens.ev[nearest]) <= 0.5  # same EV level
+    for _ in range(2):  # no temporal drift: the meter anchors every decision
+        decision = lens.decide()
+        assert decision.captures <= k and len(set(decision.candidates)) == decision.captures
+        assert anchor in decision.candidates
+    if k >= 3:  # the EV levels just below and above the anchor come next
+        level = lens.level_of[anchor]
+        assert {lens.levels[level - 1][0], lens.levels[level + 1][0]} <= set(decision.candidates)
+    replay = LensController(None, None, budget_k=k, strategy="metered")  # type: ignore[arg-type]
+    _, candidates = replay.decide_from_scores(np.zeros(27), meter_ev=meter_ev)
+    assert anchor in candidates and len(candidates) <= k
+
+
+@pytest.mark.parametrize("k", [2, 3, 6, 9])
+def test_two_stage_refines_around_the_best_sweep_point(session, scene, k: int) -> None:
+    lens = LensController(session, sim(scene), budget_k=k, strategy="two-stage")
+    first = lens.plan()
+    assert len(first) == (k + 1) // 2
+    decision = lens.decide()
+    assert decision.captures == k and len(set(decision.candidates)) == k
+    assert set(first) <= set(decision.candidates) and decision.candidates == sorted(
+        decision.candidates
+    )
+    scores = np.zeros(27)
+    scores[first[-1]] = 1.0
+    replay = LensController(None, None, budget_k=k, strategy="two-stage")  # type: ignore[arg-type]
+    _, candidates = replay.decide_from_scores(scores)
+    added = set(candidates) - set(first)
+    levels = {replay.level_of[i] for i in added}
+    best = replay.level_of[first[-1]]
+    assert len(candidates) == k and min(abs(level - best) for level in levels) <= 1
+
+
+def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
+    grid = paper_grid()
+    levels = ev_levels(grid)
+    assert sorted(i for level in levels for i in level) == list(range(27))
+    for level in levels:
+        assert [grid[i].iso for i in level] == sorted(grid[i].iso for i in level)
+    assert set(STRATEGIES) == {"ev-sweep", "metered", "two-stage"}
+    with pytest.raises(Exception, match="unknown strategy"):
+        LensController(None, None, strategy="random")  # type: ignore[arg-type]
 
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
@@ -136,9 +194,13 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     )
     report = run_lens_bench(config, progress=False, bundle_root=tmp_path)
     methods = summarise(report)["photo-cnn onnx-fp32"]
-    expected = {"clean", "ae", "naive", "best-fixed", "oracle"}
-    expected |= {f"lens K={k}" for k in (27, 3, 6, 9)}
+    expected = {"clean", "ae", "naive", "best-fixed", "oracle", "lens K=27"}
+    expected |= {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
+    expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
+        "margin", "entropy")}  # fmt: skip
     assert set(methods) == expected
+    calibration = report["models"]["photo-cnn onnx-fp32"]["runs"][0]["calibration"]
+    assert set(calibration) == {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
     assert all(0.0 <= a <= 1.0 for a in acc.values())
     assert acc["oracle"] >= acc["lens K=27"] >= 0.0

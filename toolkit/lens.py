@@ -40,7 +40,7 @@ PAPER_SHUTTER_S = (1 / 4, 1 / 60, 1 / 1000)
 PAPER_APERTURE_F = (5.0, 9.0, 16.0)
 AXES = ("iso", "shutter_s", "aperture_f")
 STRATEGIES = ("ev-sweep", "metered", "two-stage")
-DEFAULT_STRATEGY = "ev-sweep"
+DEFAULT_STRATEGY = "metered"  # best on the calibration scenes at K = 3, 6, 9 (all 3 bundles)
 EV_LEVEL_TOL = 0.5  # stops; fixed a priori: settings this close in EV count as one EV level
 
 

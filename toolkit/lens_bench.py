@@ -189,7 +189,7 @@ def replay_lens(
     scores: np.ndarray,
     latency: np.ndarray,
     k: int,
-    strategy: str = DEFAULT_STRATEGY,
+    strategy: str | None = DEFAULT_STRATEGY,
     meter_ev: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lens with budget ``k`` streamed over each environment's scenes: scores/latency (E, S, 27),
@@ -199,6 +199,7 @@ def replay_lens(
     e, s, _ = scores.shape
     chosen, count, cap = np.zeros((e, s), int), np.zeros((e, s), int), np.zeros((e, s))
     for ei in range(e):
+        strategy = strategy or DEFAULT_STRATEGY
         controller = LensController(None, None, budget_k=k, strategy=strategy)  # type: ignore[arg-type]
         for si in range(s):
             ev = None if meter_ev is None else float(meter_ev[ei, si])
