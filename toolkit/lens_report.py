@@ -111,6 +111,7 @@ def _fmt(pair: tuple[float, float] | None, scale: float = 1.0, digits: int = 1) 
 def lens_table(report: dict[str, Any]) -> Any:
     """A rich Table: per model and method, top-1 accuracy (%), captures per decision,
     capture-to-decision latency (ms: shutter + readout + measured VisiT) and VisiT time (ms)."""
+    from rich.markup import escape
     from rich.table import Table
 
     summary = summarise(report)
@@ -126,7 +127,7 @@ def lens_table(report: dict[str, Any]) -> Any:
         for i, (method, row) in enumerate(methods.items()):
             table.add_row(
                 model if i == 0 else "",
-                method,
+                escape(method),  # "[margin]" would otherwise be read as rich markup
                 _fmt(row["accuracy"], 100),
                 _fmt(row.get("captures")),
                 _fmt(row.get("latency_ms")),
@@ -139,6 +140,7 @@ def lens_table(report: dict[str, Any]) -> Any:
 def calibration_table(report: dict[str, Any]) -> Any:
     """A rich Table: each strategy's Lens accuracy (%) on the *calibration* scenes (mean ± std
     over seeds), per model and K: the data the default strategy is chosen on."""
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Candidate selection on the calibration scenes (top-1 %, not test)")
@@ -148,7 +150,7 @@ def calibration_table(report: dict[str, Any]) -> Any:
         calib = [r.get("calibration") or {} for r in entry["runs"]]
         for i, name in enumerate(calib[0]):
             values = [c[name] for c in calib]
-            table.add_row(model if i == 0 else "", name, _fmt(_ms(values), 100))
+            table.add_row(model if i == 0 else "", escape(name), _fmt(_ms(values), 100))
         table.add_section()
     return table
 
