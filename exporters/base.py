@@ -53,7 +53,12 @@ class ExportOptions:
     calibration_size: int = 64
     per_channel: bool = True
     fuse: bool | None = None  # ONNX Runtime transformer fusions when the card declares them
+    float_nodes: tuple[str, ...] | None = None  # int8: node-name regexes kept float (None: card's)
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def int8_float_nodes(self, card: Any) -> tuple[str, ...]:
+        """Regexes of node names int8 exporters keep in floating point (options win over card)."""
+        return tuple(self.float_nodes if self.float_nodes is not None else card.int8_float_nodes)
 
 
 @dataclass

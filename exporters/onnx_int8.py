@@ -115,6 +115,27 @@ def preprocess(src: Path, dst: Path, fused: bool) -> bool:
     return True
 
 
+def float_nodes(
+    src: Path, patterns: tuple[str, ...], given: list[str] | None = None
+) -> list[str] | None:
+    """Node names of ``src`` kept in floating point: ``given`` plus every node whose name
+    fully matches one of the regexes ``patterns``; None when there are none."""
+    import re
+
+    import onnx
+
+    names = list(given or [])
+    if patterns:
+        compiled = [re.compile(p) for p in patterns]
+        graph = onnx.load(str(src), load_external_data=False).graph
+        for node in graph.node:
+            if any(p.fullmatch(node.name) for p in compiled):
+                names.append(node.name)
+                if node.op_type == "Gemm":  # quantize_dynamic first rewrites Gemm as
+                    names.append(f"{node.name}_MatMul")  # <name>_MatMul + <name>_Add
+    return names or None
+
+
 def quantize_int8(
     src: Path, dst: Path, graph: GraphSpec, card: ModelCard, options: ExportOptions, *, fused: bool
 ) -> dict[str, Any]:
@@ -140,7 +161,9 @@ def quantize_int8(
         "reduce_range": bool(extra.get("reduce_range", False)),
         "weight_type": QuantType.QInt8,
         "op_types_to_quantize": op_types,
-        "nodes_to_exclude": extra.get("nodes_to_exclude"),
+        "nodes_to_exclude": float_nodes(
+            src, options.int8_float_nodes(card), extra.get("nodes_to_exclude")
+        ),
         "extra_options": {"DefaultTensorType": onnx.TensorProto.FLOAT},
     }
     details: dict[str, Any] = {
@@ -153,6 +176,10 @@ def quantize_int8(
     with tempfile.TemporaryDirectory(prefix="edgekit-int8-") as tmp:
         pre = Path(tmp) / "pre.onnx"
         details["preprocessed"] = preprocess(src, pre, fused)
+        common["nodes_to_exclude"] = float_nodes(
+            pre, options.int8_float_nodes(card), extra.get("nodes_to_exclude")
+        )
+        details["float_nodes"] = common["nodes_to_exclude"] or []
         try:
             if mode == "static":
                 details.update(_quantize_static(pre, dst, graph, card, options, method, common))

@@ -112,12 +112,16 @@ def quantize_nncf(
             # with the full algorithm); transformers keep NNCF's default.
             fast_bias_correction=transformer,
             advanced_parameters=advanced,
+            ignored_scope=nncf.IgnoredScope(
+                patterns=list(options.int8_float_nodes(card)), validate=False
+            ),
         )
     except Exception as exc:
         raise ExportError(f"NNCF int8 quantization of graph '{graph.name}' failed: {exc}") from exc
     fake_quantize = sum(1 for op in quantized.get_ops() if op.get_type_name() == "FakeQuantize")
     return quantized, {
         "tool": f"nncf {nncf.__version__}",
+        "float_nodes": list(options.int8_float_nodes(card)),
         "model_type": "transformer" if transformer else "default",
         "calibration_method": method,
         "range_estimator": estimator,

@@ -161,6 +161,22 @@ def test_onnx_int8_dynamic(cnn):
     assert rel_error(ort_run(art.files[0], {"image": x}), ref) < 0.1
 
 
+def test_int8_float_nodes_stay_float(cnn):
+    """Nodes matching --keep-float regexes are left unquantized by both int8 exporters."""
+    card, graph, path, work, x, ref = cnn
+    options = ExportOptions(int8_mode="dynamic", float_nodes=("/fc/.*",))
+    art = format_module("onnx").export_graph(graph, path, work / "keep", "int8", card, options)
+    assert art.details["int8"]["float_nodes"], "the head (/fc/...) is matched"
+    assert all(name.startswith("/fc/") for name in art.details["int8"]["float_nodes"])
+    found = ops(art.files[0])
+    assert found["ConvInteger"] > 0 and found["MatMulInteger"] == 0  # conv int8, head float
+    ov_art = format_module("openvino").export_graph(
+        graph, path, work / "ov-keep", "int8", card, ExportOptions(float_nodes=("/fc/.*",))
+    )
+    assert ov_art.details["int8"]["float_nodes"] == ["/fc/.*"]
+    assert ExportOptions().int8_float_nodes(card) == card.int8_float_nodes == ()
+
+
 class BertEmbedder(torch.nn.Module):
     """input_ids, attention_mask int64 (B, S) -> mean-pooled hidden state (B, H)."""
 

@@ -169,6 +169,7 @@ def build_bundle(
                     "calibration_method": options.calibration_method or card.calibration_method,
                     "per_channel": options.per_channel,
                     "fuse": options.fuse,
+                    "float_nodes": list(options.int8_float_nodes(card)),
                 },
                 "source": {**card.source(), **weights_record(card)},
                 "preprocessing": card.preprocessing(),

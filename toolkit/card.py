@@ -102,6 +102,8 @@ class ModelCard:
     calibration_method: ClassVar[str] = "minmax"  # "minmax" | "entropy" | "percentile"
     ort_fusion: ClassVar[dict[str, Any] | None] = None  # onnxruntime.transformers optimizer args
     nncf_smooth_quant: ClassVar[bool] = True  # NNCF SmoothQuant for transformer int8 (OpenVINO)
+    # regexes of graph node names kept in floating point by every int8 exporter (ONNX, OpenVINO)
+    int8_float_nodes: ClassVar[tuple[str, ...]] = ()
     tolerances: ClassVar[dict[str, Tolerance]] = {
         "fp32": Tolerance(atol=1e-4, rtol=1e-3),
         "fp16": Tolerance(atol=1e-2, rtol=1e-2),

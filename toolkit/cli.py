@@ -135,6 +135,12 @@ def export_cmd(
         str | None, typer.Option(help="int8: static (QDQ, calibrated) | dynamic")
     ] = None,
     per_channel: Annotated[bool, typer.Option(help="per-channel int8 weights")] = True,
+    keep_float: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-float", help="int8: regex of node names kept in floating point (repeat)"
+        ),
+    ] = None,
     fuse: Annotated[
         bool | None,
         typer.Option(
@@ -156,7 +162,14 @@ def export_cmd(
     from edgekit.sources import card_from_spec
 
     card = card_from_spec(model, _parse_shapes(input_shape))
-    options = ExportOptions(opset, int8_mode, calibration, per_channel=per_channel, fuse=fuse)
+    options = ExportOptions(
+        opset,
+        int8_mode,
+        calibration,
+        per_channel=per_channel,
+        fuse=fuse,
+        float_nodes=tuple(keep_float) if keep_float else None,
+    )
     targets = [Target.parse(f, p) for f in to.split(",") for p in precision.split(",")]
     if out is not None and len(targets) > 1:
         from edgekit.errors import InputError
