@@ -35,8 +35,13 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 ## MiniLM side by side with Hugging Face Optimum (builds Optimum in its own venv).
+MINILM_STRICT := --keep-float '.*layer\.[3-5]/output/dense/MatMul.*'
 bench-optimum: $(STAMP)
-	bash scripts/bench_optimum_peer.sh
+	$(BIN)/edgekit export minilm --to onnx --precision fp32,int8
+	$(BIN)/edgekit export minilm --to openvino --precision int8
+	$(BIN)/edgekit export minilm --to openvino --precision int8 $(MINILM_STRICT) --out bundles/minilm-openvino-int8-strict
+	bash scripts/bench_optimum_peer.sh bundles/minilm-onnx-fp32 bundles/minilm-onnx-int8 \
+		bundles/minilm-openvino-int8 bundles/minilm-openvino-int8-strict
 
 clean:
 	rm -rf bundles out
