@@ -177,22 +177,34 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from edgekit.lens import DEFAULT_STRATEGY
+
     summary = summarise(report)
     envs = report["config"]["environments"]
+    # the headline methods only (every strategy and variant is in the table and JSON)
+    headline = {"ae", "naive", "best-fixed", "lens K=27", f"lens K=6 {DEFAULT_STRATEGY}", "oracle"}
     fig, axes = plt.subplots(len(summary), 1, figsize=(12, 3.6 * len(summary)), squeeze=False)
     for ax, (model, methods) in zip(axes[:, 0], summary.items(), strict=True):
-        shown = [m for m, row in methods.items() if row.get("by_env")]
+        shown = [m for m, row in methods.items() if row.get("by_env") and m in headline]
         width = 0.8 / len(shown)
         x = np.arange(len(envs))
         for j, m in enumerate(shown):
             mean = [100 * v[0] for v in methods[m]["by_env"]]
             std = [100 * v[1] for v in methods[m]["by_env"]]
-            ax.bar(x + j * width - 0.4 + width / 2, mean, width, yerr=std, label=m, capsize=2)
+            ax.bar(
+                x + j * width - 0.4 + width / 2,
+                mean,
+                width,
+                yerr=std,
+                label=m,
+                capsize=2,
+                color=plt.cm.tab10(j),
+            )
         ax.set_xticks(x, envs)
-        ax.set_ylim(0, 100)
+        ax.set_ylim(0, 105)
         ax.set_ylabel("top-1 (%)")
         ax.set_title(model)
-        ax.legend(ncol=len(shown), fontsize=7, loc="upper left")
+        ax.legend(ncol=len(shown), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.tight_layout()
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
