@@ -200,7 +200,11 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         "margin", "entropy")}  # fmt: skip
     assert set(methods) == expected
     calibration = report["models"]["photo-cnn onnx-fp32"]["runs"][0]["calibration"]
-    assert set(calibration) == {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
+    strategies = {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
+    variants = {
+        f"lens K={k} {DEFAULT_STRATEGY} [{v}]" for k in (3, 6, 9) for v in ("entropy", "margin")
+    }
+    assert set(calibration) == strategies | variants
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
     assert all(0.0 <= a <= 1.0 for a in acc.values())
     assert acc["oracle"] >= acc["lens K=27"] >= 0.0

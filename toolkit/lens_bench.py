@@ -29,6 +29,7 @@ from edgekit.lens_baselines import (
     naive_accuracy,
     oracle_accuracy,
 )
+from edgekit.visit import VARIANTS
 
 BENCH_TARGETS = (("photo-cnn", "onnx-fp32"), ("photo-cnn", "onnx-int8"), ("photo-vit", "onnx-fp32"))
 
@@ -298,6 +299,14 @@ def evaluate_seed(
                     calib_caps.get("meter_ev"),
                 )  # fmt: skip
                 calibration[lens_method(k, strategy)] = chosen_accuracy(
+                    calib_correct, chosen.reshape(-1)
+                )
+            for variant in (v for v in VARIANTS if v != "top1"):  # VisiT variants, same logits
+                chosen, _, _ = replay_lens(
+                    calib[f"grid_score_{variant}"], calib_caps["grid_latency"], k,
+                    DEFAULT_STRATEGY, calib_caps.get("meter_ev"),
+                )  # fmt: skip
+                calibration[lens_method(k, DEFAULT_STRATEGY, variant)] = chosen_accuracy(
                     calib_correct, chosen.reshape(-1)
                 )
     methods["oracle"] = {
