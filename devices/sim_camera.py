@@ -20,6 +20,7 @@ import numpy as np
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
 from edgekit.devices.lighting import Lighting, get_lighting
+from edgekit.devices.scenes import HELDOUT_BAND, PHOTOS, load_photo
 from edgekit.devices.sensor import (
     DEFAULT_SENSOR,
     REFLECTED_METER_K,
@@ -30,22 +31,6 @@ from edgekit.devices.sensor import (
     srgb_to_linear,
 )
 from edgekit.errors import InputError
-
-# Same photos and held-out band as the photo classifier (models/photo_cnn/data.py).
-PHOTOS = (
-    "astronaut",
-    "coffee",
-    "chelsea",
-    "rocket",
-    "coins",  # not hubble_deep_field: a near-black starfield class made dark, noisy captures
-    # of every scene look like "hubble" with high confidence, which misleads VisiT (Lens)
-    "immunohistochemistry",
-    "retina",
-    "camera",
-    "brick",
-    "gravel",
-)
-HELDOUT_BAND = (0.4, 0.6)
 
 ISO_RANGE = (100.0, 25600.0)
 SHUTTER_RANGE = (1 / 8000, 1.0)
@@ -58,18 +43,6 @@ HANDHELD_SHUTTER_S = 1 / 60  # program mode raises ISO before going slower than 
 AUTO_ISO_MAX = 12800.0  # auto-ISO ceiling before the shutter gets longer than HANDHELD_SHUTTER_S
 AE_CONVERGENCE_FRAMES = 3  # preview frames the AE loop needs before the capture
 PREVIEW_FRAME_S = 1 / 30  # preview frame interval during AE convergence
-
-
-def _photo_srgb(name: str) -> np.ndarray:
-    """A bundled scikit-image photo as (H, W, 3) float32 sRGB in [0, 1]."""
-    from skimage import data
-
-    if name not in PHOTOS:
-        raise InputError(f"unknown scene '{name}'; expected one of {', '.join(PHOTOS)} or an array")
-    image = np.asarray(getattr(data, name)())
-    if image.ndim == 2:
-        image = np.stack([image] * 3, axis=-1)
-    return image[..., :3].astype(np.float32) / 255.0
 
 
 def _frame_box(h: int, w: int, aspect: float, region: str) -> tuple[int, int, int, int]:
@@ -103,7 +76,7 @@ def _prepare(srgb: np.ndarray, size: tuple[int, int], region: str) -> np.ndarray
 
 @lru_cache(maxsize=64)
 def _named_scene(name: str, size: tuple[int, int], region: str) -> np.ndarray:
-    scene = _prepare(_photo_srgb(name), size, region)
+    scene = _prepare(load_photo(name), size, region)
     scene.setflags(write=False)
     return scene
 

@@ -188,7 +188,7 @@ def test_disconnection_option_and_close() -> None:
 def test_scenes_arrays_and_heldout_framing() -> None:
     from edgekit.models.photo_cnn import data
 
-    assert tuple(data.PHOTOS) == PHOTOS and tuple(data.HELDOUT_BAND) == (0.4, 0.6)
+    assert data.PHOTOS is PHOTOS and tuple(data.HELDOUT_BAND) == (0.4, 0.6)  # one source
     cam = SimCamera(size=32)
     assert cam.next_scene() == PHOTOS[1]
     rng = np.random.default_rng(0)

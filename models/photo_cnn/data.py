@@ -13,27 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from edgekit.devices.scenes import HELDOUT_BAND, PHOTOS, load_photo
 from edgekit.models.photo_cnn.net import IMAGE_SIZE
 
-# skimage.data images that ship with scikit-image (no download): 7 colour, 3 grey (-> RGB).
-PHOTOS = (
-    "astronaut",
-    "coffee",
-    "chelsea",
-    "rocket",
-    "coins",  # not hubble_deep_field: a near-black starfield class made dark, noisy captures
-    # of every scene look like "hubble" with high confidence, which misleads VisiT (Lens)
-    "immunohistochemistry",
-    "retina",
-    "camera",
-    "brick",
-    "gravel",
-)
 SHORT_SIDE = 256  # photos are resized (anti-aliased) so their short side is this many pixels
-HELDOUT_BAND = (0.4, 0.6)  # fractions of the longer side held out from training
 MAX_ZOOM_OUT = 1.5  # a box at most this many pixels per output pixel on a pyramid level
 
 
@@ -60,13 +47,7 @@ class Photo:
 
 
 def _load_rgb(name: str) -> torch.Tensor:
-    import numpy as np
-    from skimage import data
-
-    image = np.asarray(getattr(data, name)())
-    if image.ndim == 2:
-        image = np.stack([image] * 3, axis=-1)
-    image = image[..., :3].astype(np.float32) / 255.0  # (H, W, 3)
+    image = load_photo(name)  # (H, W, 3)
     return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))  # (3, H, W)
 
 
