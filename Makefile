@@ -22,8 +22,19 @@ setup: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/edgekit demo --threads $(THREADS)
 
+## Headless Chromium for the daemon's web-page test (Debian packages; skipped if apt is unavailable).
+BROWSER_STAMP := $(VENV)/.edgekit-browser
+$(BROWSER_STAMP):
+	@if command -v chromedriver >/dev/null && command -v chromium >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null \
+		|| (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null) \
+		|| echo "could not install chromium; the browser test will be skipped"; \
+	else echo "install Debian's chromium and chromium-driver to run the browser test"; fi
+	touch $(BROWSER_STAMP)
+
 ## The test suite (what CI runs).
-test: $(STAMP)
+test: $(STAMP) $(BROWSER_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

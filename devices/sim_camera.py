@@ -94,7 +94,9 @@ def _as_srgb(array: np.ndarray) -> np.ndarray:
 class SimCamera(Camera):
     """Simulated camera. ``size`` = (H, W) of frames; scenes: photo names or (H, W, 3) arrays.
 
-    ``fail_after=N`` raises CameraDisconnected on capture N+1 (fault tests); ``realtime=True``
+    ``fail_after=N`` raises CameraDisconnected on capture N+1 (fault tests); ``glitch_every=N``
+    delivers every Nth frame as a single-channel (H, W) image, as a sensor switched to the
+    wrong pixel format would (consumers must refuse it, not crash); ``realtime=True``
     sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos.
     """
 
@@ -110,6 +112,7 @@ class SimCamera(Camera):
         *,
         region: str = "heldout",
         fail_after: int | None = None,
+        glitch_every: int | None = None,
         realtime: bool = False,
         sensor: SensorParams = DEFAULT_SENSOR,
     ) -> None:
@@ -119,6 +122,9 @@ class SimCamera(Camera):
         self.seed = int(seed)
         self.region = region
         self.fail_after = fail_after
+        if glitch_every is not None and glitch_every < 1:
+            raise InputError(f"glitch_every must be >= 1, got {glitch_every}")
+        self.glitch_every = glitch_every
         self.realtime = realtime
         self.sensor = sensor
         self.scenes = list(scenes)
@@ -143,7 +149,7 @@ class SimCamera(Camera):
                 raise InputError(f"sim camera option '{part}' must be key=value")
             key = key.strip().replace("-", "_")
             value = value.strip()
-            if key in ("seed", "fail_after"):
+            if key in ("seed", "fail_after", "glitch_every"):
                 kwargs[key] = int(value)
             elif key == "size":
                 h, _, w = value.lower().partition("x")
@@ -155,7 +161,7 @@ class SimCamera(Camera):
             else:
                 raise InputError(
                     f"unknown sim camera option '{key}'; expected seed, lighting, size, scene, "
-                    "region, fail_after, realtime"
+                    "region, fail_after, glitch_every, realtime"
                 )
         kwargs.update(options)
         return cls(**kwargs)
@@ -272,8 +278,11 @@ class SimCamera(Camera):
             self._clock += latency
             timestamp = self._clock
         self.captures += 1
+        image = out.image
+        if self.glitch_every and self.captures % self.glitch_every == 0:
+            image = image[..., 1].copy()  # (H, W): the wrong pixel format
         return Frame(
-            image=out.image,
+            image=image,
             timestamp_s=timestamp,
             settings=applied,
             latency_s=latency,

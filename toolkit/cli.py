@@ -280,8 +280,16 @@ def bench_cmd(
             "--overhead", help="also time edgekit's Session.run against a bare onnxruntime session"
         ),
     ] = False,
+    device: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--device", help="bench on this device's daemon HOST:PORT (repeat; 'local' = here)"
+        ),
+    ] = None,
+    token: Annotated[str | None, typer.Option(help="daemon token for --device")] = None,
 ) -> None:
-    """Benchmark bundles and models side by side: p50/p90/p99, load, first run, RSS, size."""
+    """Benchmark bundles and models side by side: p50/p90/p99, load, first run, RSS, size.
+    With --device, the same bundles on several devices' daemons: one cross-device table."""
     from edgekit.bench import BenchConfig, bench_many, expand_targets, overhead
     from edgekit.benchplot import plot_report
     from edgekit.benchtable import print_overhead, print_report, rows_summary, write_report
@@ -289,9 +297,17 @@ def bench_cmd(
     config = BenchConfig(
         warmup=warmup, iterations=iterations, duration_s=duration, threads=threads, batch=batch
     )
-    targets = expand_targets(items, runtime or [])
-    report = bench_many(targets, config, extra_results=extra_results or [])
-    print_report(report)
+    if device:
+        from edgekit.daemon.remote_bench import bench_devices, print_devices
+
+        remote = [d for d in device if d != "local"]
+        report = bench_devices(items, remote, runtime or [], config, "local" in device, token)
+        print_report(report, title="edgekit bench across devices")
+        print_devices(report, _console())
+    else:
+        targets = expand_targets(items, runtime or [])
+        report = bench_many(targets, config, extra_results=extra_results or [])
+        print_report(report)
     if json_out:
         _console().print(f"wrote {write_report(report, json_out)}")
     if plot:
@@ -446,6 +462,15 @@ def unpack_cmd(archive: Path, dest: Path) -> None:
     from edgekit.archive import unpack
 
     _console().print(f"unpacked {unpack(archive, dest).path}")
+
+
+def _register_device_commands() -> None:
+    from edgekit.cli_daemon import register
+
+    register(app, handle_errors, _console)
+
+
+_register_device_commands()
 
 
 def main() -> None:

@@ -1,0 +1,56 @@
+"""The daemon's live page in headless Chromium (Debian's chromium + chromium-driver, installed
+by the test set-up): a rendered frame and the pipelines' latest results appear."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from daemon_proc import DaemonProcess
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra) is needed")
+
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    not (CHROMEDRIVER and CHROMIUM),
+    reason="headless Chromium needs Debian's chromium and chromium-driver (make test installs them)",
+)
+
+
+def test_page_renders_frame_and_results(tmp_path):
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from edgekit.lens_bench import bench_bundles
+
+    cnn = bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path
+    proc = DaemonProcess(
+        tmp_path / "state", "--bundle", f"photo-cnn={cnn}", "--pipeline", "lens,classify"
+    ).start()
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    try:
+        driver.get(proc.url + "/")
+        wait = WebDriverWait(driver, 60)
+        wait.until(
+            lambda d: d.execute_script(
+                "const i = document.getElementById('frame');"
+                "return i.complete && i.naturalWidth > 0 && Number(i.dataset.loaded || 0) >= 2;"
+            )
+        )
+        width = driver.execute_script("return document.getElementById('frame').naturalWidth")
+        assert width >= 384
+        wait.until(lambda d: len(d.find_elements("css selector", "pre.pipeline")) == 2)
+        wait.until(lambda d: "label" in d.find_element("css selector", "pre.pipeline").text)
+        texts = [e.text for e in driver.find_elements("css selector", "pre.pipeline")]
+        assert any(t.startswith("lens") and "VisiT" not in t and "setting" in t for t in texts)
+        assert driver.find_element("id", "status").text.startswith(("ok", "degraded"))
+        driver.save_screenshot(str(tmp_path / "page.png"))
+        assert (tmp_path / "page.png").stat().st_size > 5000
+    finally:
+        driver.quit()
+        proc.stop()

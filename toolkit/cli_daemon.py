@@ -1,0 +1,97 @@
+"""CLI commands for devices: ``edgekit daemon`` and ``edgekit deploy`` (registered on the app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
+    """Add the daemon and deploy commands to ``app``."""
+
+    @app.command("daemon")
+    @handle_errors
+    def daemon_cmd(
+        camera: Annotated[
+            str,
+            typer.Option(
+                help="sim[:size=128,lighting=dim-room] | v4l2:/dev/video0 | picamera2 | "
+                "gstreamer:0 | file:clip.mp4"
+            ),
+        ] = "sim",
+        pipeline: Annotated[
+            str,
+            typer.Option(help="pipelines to run, kind[:bundle] comma separated: lens, classify"),
+        ] = "lens",
+        host: Annotated[
+            str, typer.Option(help="address to bind (loopback unless you open it on purpose)")
+        ] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="HTTP port")] = 8700,
+        state_dir: Annotated[
+            Path | None,
+            typer.Option(
+                help="deployed bundles + token (default $EDGEKIT_STATE or ~/.local/state)"
+            ),
+        ] = None,
+        bundle: Annotated[
+            list[str] | None,
+            typer.Option(help="deploy NAME=BUNDLE_DIR at start (skipped when unchanged; repeat)"),
+        ] = None,
+        fps: Annotated[float, typer.Option(help="camera frame-rate cap (0 = uncapped)")] = 15.0,
+        duration: Annotated[
+            float | None,
+            typer.Option(help="stop after this many seconds (default: run until Ctrl-C)"),
+        ] = None,
+    ) -> None:
+        """Run the on-device daemon: camera, pipelines, HTTP API and live page."""
+        from edgekit.daemon.serve import serve
+        from edgekit.errors import InputError
+
+        initial = {}
+        for item in bundle or []:
+            name, sep, path = item.partition("=")
+            if not sep or not name or not path:
+                raise InputError(f"--bundle {item!r} must be NAME=BUNDLE_DIR")
+            initial[name] = path
+        serve(camera, pipeline, host, port, state_dir, initial, fps, duration)
+
+    @app.command("deploy")
+    @handle_errors
+    def deploy_cmd(
+        bundle_dir: Annotated[Path, typer.Argument(help="bundle directory")],
+        to: Annotated[list[str], typer.Option("--to", help="device daemon HOST:PORT (repeat)")],
+        name: Annotated[
+            str | None, typer.Option(help="deployed name (default: the bundle's model name)")
+        ] = None,
+        token: Annotated[
+            str | None, typer.Option(help="daemon token (default $EDGEKIT_TOKEN or the local file)")
+        ] = None,
+    ) -> None:
+        """Deploy a bundle to device daemons: checksums verified and self-tested there, then
+        swapped in atomically (the old bundle keeps serving on any failure)."""
+        from edgekit.daemon.client import DaemonClient
+
+        for address in to:
+            with DaemonClient(address, token=token) as client:
+                out = client.deploy(bundle_dir, name)
+            check = out.get("check") or {}
+            console().print(
+                f"{address}: deployed {out['name']} version {out['version']} "
+                f"(self-test passed on {check.get('runtime', '?')})"
+            )
+
+    @app.command("rollback")
+    @handle_errors
+    def rollback_cmd(
+        name: Annotated[str, typer.Argument(help="deployed bundle name")],
+        to: Annotated[str, typer.Option("--to", help="device daemon HOST:PORT")],
+        token: Annotated[str | None, typer.Option(help="daemon token")] = None,
+    ) -> None:
+        """Put a device's previous version of a bundle back in service."""
+        from edgekit.daemon.client import DaemonClient
+
+        with DaemonClient(to, token=token) as client:
+            out = client.rollback(name)
+        console().print(f"{to}: {out['name']} is back on version {out['version']}")

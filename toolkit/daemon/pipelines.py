@@ -1,0 +1,158 @@
+"""Frame pipelines the daemon runs: each turns the latest camera frame into a JSON result.
+
+A pipeline names the deployed bundles it uses; when a deploy or rollback swaps one of them
+(``BundleStore.generation`` changes) the pipeline rebuilds its sessions before the next frame,
+so a swap never interrupts the stream. Specs on the command line: ``lens``, ``lens:photo-vit``,
+``classify:photo-cnn`` (``kind[:bundle]``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgekit.daemon.store import BundleStore
+from edgekit.devices.camera import Camera, CaptureSettings, Frame
+from edgekit.errors import InputError
+
+
+@dataclass
+class Context:
+    """What a pipeline may touch besides its frame: the shared camera (for pipelines that
+    control the sensor), a setter for the stream's sensor settings, and a stage timer."""
+
+    camera: Camera
+    set_stream_settings: Callable[[CaptureSettings], None]
+    stage: Callable[[str, float], None] = lambda stage, seconds: None
+
+
+@dataclass
+class Pipeline:
+    """Base: ``kind``, instance ``name``, the ``bundle`` it runs (a deployed name)."""
+
+    kind: str
+    bundle: str
+    name: str = ""
+    store: BundleStore | None = None
+    _generation: int = field(default=-1, repr=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.name or self.kind
+
+    def ensure_loaded(self, store: BundleStore) -> None:
+        """(Re)build sessions when the store changed since the last load."""
+        if store.generation != self._generation:
+            self.store = store
+            self.load(store)
+            self._generation = store.generation
+
+    def load(self, store: BundleStore) -> None:
+        raise NotImplementedError
+
+    def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+def check_frame(image: Any) -> np.ndarray:
+    """``image`` as an (H, W, 3) uint8 RGB array, or InputError saying what arrived."""
+    arr = np.asarray(image)
+    if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8:
+        raise InputError(
+            f"frame must be (H, W, 3) uint8 RGB, got shape {arr.shape} dtype {arr.dtype}"
+        )
+    return arr
+
+
+class ClassifyPipeline(Pipeline):
+    """Classify every frame with a deployed classifier: label, probability, VisiT score."""
+
+    def load(self, store: BundleStore) -> None:
+        bundle = store.get(self.bundle)
+        self.session = bundle.session()
+        self.labels = list(bundle.manifest.get("labels") or [])
+
+    def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
+        from edgekit.visit import classify, softmax, visit_from_logits
+
+        image = check_frame(frame.image)
+        start = time.perf_counter()
+        logits = classify(self.session, image[None])  # (1, C)
+        ctx.stage("infer", time.perf_counter() - start)
+        probs = softmax(logits)[0]
+        pred = int(np.argmax(probs))
+        return {
+            "pred": pred,
+            "label": self.labels[pred] if pred < len(self.labels) else str(pred),
+            "prob": round(float(probs[pred]), 6),
+            "visit": round(float(visit_from_logits(logits)[0]), 6),
+            "settings": frame.settings.describe(),
+        }
+
+
+class LensPipeline(Pipeline):
+    """Lens on the live camera: each decision captures up to K candidate settings, keeps the
+    best by VisiT and applies it to the stream, so every other pipeline sees frames taken
+    with the setting the model itself prefers (the closed loop)."""
+
+    budget_k: int = 6
+
+    def load(self, store: BundleStore) -> None:
+        bundle = store.get(self.bundle)
+        self.session = bundle.session()
+        self.labels = list(bundle.manifest.get("labels") or []) or None
+        self.controller = None  # rebuilt on the next frame with the new session
+
+    def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
+        from edgekit.lens import LensController, grid_from_capabilities, paper_grid
+
+        check_frame(frame.image)
+        if self.controller is None:
+            caps = ctx.camera.capabilities()
+            grid = paper_grid()
+            if any(
+                caps.get(a) is None or caps[a].clamp(getattr(grid[0], a)) != getattr(grid[0], a)
+                for a in ("iso", "shutter_s", "aperture_f")
+            ):
+                grid = grid_from_capabilities(caps, 3)
+            self.controller = LensController(
+                self.session, ctx.camera, grid, self.budget_k, labels=self.labels
+            )
+        decision = self.controller.decide()
+        ctx.stage("captures", decision.capture_latency_s)
+        ctx.stage("infer", decision.inference_s)
+        ctx.set_stream_settings(decision.settings)
+        return decision.to_json()
+
+
+PIPELINE_KINDS: dict[str, tuple[type[Pipeline], str]] = {
+    "lens": (LensPipeline, "photo-cnn"),
+    "classify": (ClassifyPipeline, "photo-cnn"),
+}
+
+
+def parse_pipelines(spec: str | list[str]) -> list[Pipeline]:
+    """Pipelines from ``"lens,classify:photo-vit"`` (``kind[:bundle]``, comma separated).
+
+    Unknown kinds are an InputError listing the known ones; names must be unique."""
+    items = spec if isinstance(spec, list) else [s for s in spec.split(",")]
+    out: list[Pipeline] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        kind, _, bundle = item.partition(":")
+        if kind not in PIPELINE_KINDS:
+            raise InputError(
+                f"unknown pipeline '{kind}'; this daemon runs {', '.join(PIPELINE_KINDS)}"
+            )
+        cls, default_bundle = PIPELINE_KINDS[kind]
+        pipe = cls(kind=kind, bundle=bundle or default_bundle)
+        if any(p.name == pipe.name for p in out):
+            pipe.name = f"{kind}-{pipe.bundle}"
+        if any(p.name == pipe.name for p in out):
+            raise InputError(f"pipeline '{item}' is listed twice")
+        out.append(pipe)
+    return out

@@ -1,0 +1,137 @@
+"""Text scorers on the device: a bundle's own tokenizer (``assets/``) + its graph + the task's
+post-processing, with no model code and no torch.
+
+The bundle's ``preprocessing`` names the tokenizer file (``tokenizers`` JSON) and the maximum
+length; ``task`` picks the post-processing:
+
+- ``sentence-embedding`` (MiniLM): embeddings, and the cosine similarity of text pairs;
+- any task whose graph outputs ``logits`` with ``labels`` in the manifest: softmax probabilities
+  per label, and the argmax label (scorers such as moderation heads add their own outputs,
+  which are passed through as lists).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from edgekit.bundle import Bundle
+from edgekit.errors import InputError
+
+MAX_TEXTS = 256
+MAX_CHARS = 20_000
+
+
+class TextScorer:
+    """Score texts with a text bundle. ``runtime``/``threads`` as for ``Bundle.session``."""
+
+    def __init__(self, bundle: Bundle, runtime: str | None = None, threads: int | None = None):
+        from tokenizers import Tokenizer
+
+        pre = bundle.manifest.get("preprocessing") or {}
+        if "tokenizer" not in pre:
+            raise InputError(
+                f"bundle {bundle.path} ({bundle.model}) is not a text model: its preprocessing "
+                "names no tokenizer"
+            )
+        self.bundle = bundle
+        self.task = str(bundle.manifest.get("task") or "")
+        self.max_length = int(pre.get("max_length", 128))
+        self.tokenizer = Tokenizer.from_file(str(bundle.file(f"assets/{pre['tokenizer']}")))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+        self.session = bundle.session(runtime=runtime, threads=threads)
+        self.input_names = [s.name for s in self.session.io()[0]]
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """{"input_ids", "attention_mask"} (B, L) int64, right-padded with 0 to the longest."""
+        encodings = self.tokenizer.encode_batch(list(texts))
+        length = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), length), dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for row, enc in enumerate(encodings):
+            ids[row, : len(enc.ids)] = enc.ids
+            mask[row, : len(enc.ids)] = 1
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        return {k: v for k, v in feeds.items() if k in self.input_names}
+
+    def run(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """Raw graph outputs for ``texts`` (one batch)."""
+        return self.session.run(self.tokenize(check_texts(texts)))
+
+    def score(
+        self, texts: Sequence[str] | None = None, pairs: Sequence[Sequence[str]] | None = None
+    ) -> dict[str, Any]:
+        """JSON-able scores. ``texts``: one result per text; ``pairs`` ([a, b], ...): the cosine
+        similarity of each pair (embedding models only)."""
+        if pairs is not None:
+            if self.task != "sentence-embedding":
+                raise InputError(f"pairs need a sentence-embedding bundle, not task '{self.task}'")
+            flat = [str(t) for p in _check_pairs(pairs) for t in p]
+            emb = self._embeddings(flat)
+            a, b = emb[0::2], emb[1::2]
+            cos = (a * b).sum(axis=1)
+            threshold = (self.bundle.manifest.get("preprocessing") or {}).get(
+                "paraphrase_threshold"
+            )
+            out: dict[str, Any] = {"model": self.bundle.model, "cosine": cos.round(6).tolist()}
+            if threshold is not None:
+                out["paraphrase"] = (cos >= float(threshold)).tolist()
+                out["threshold"] = threshold
+            return out
+        if texts is None:
+            raise InputError("give 'texts' (a list of strings) or 'pairs' ([[a, b], ...])")
+        if self.task == "sentence-embedding":
+            emb = self._embeddings(check_texts(texts))
+            return {"model": self.bundle.model, "embeddings": emb.round(6).tolist()}
+        outputs = self.run(texts)
+        return {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
+
+    def _embeddings(self, texts: Sequence[str]) -> np.ndarray:
+        emb = np.asarray(self.run(texts)["embedding"], dtype=np.float32)  # (B, D)
+        return emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
+
+
+def postprocess(outputs: dict[str, np.ndarray], manifest: dict[str, Any]) -> dict[str, Any]:
+    """Softmax over ``logits`` with the manifest's labels; other outputs passed through."""
+    out: dict[str, Any] = {}
+    labels = list(manifest.get("labels") or [])
+    for name, value in outputs.items():
+        arr = np.asarray(value)
+        if name == "logits" and arr.ndim == 2:
+            z = arr - arr.max(axis=1, keepdims=True)
+            probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            top = probs.argmax(axis=1)
+            out["probs"] = probs.round(6).tolist()
+            out["label"] = [labels[i] if i < len(labels) else int(i) for i in top]
+        else:
+            out[name] = arr.round(6).tolist() if arr.dtype.kind == "f" else arr.tolist()
+    return out
+
+
+def check_texts(texts: Any) -> list[str]:
+    """``texts`` as a non-empty list of strings within the size limits, else InputError."""
+    if isinstance(texts, str) or not isinstance(texts, (list, tuple)):
+        raise InputError(f"texts must be a list of strings, got {type(texts).__name__}")
+    if not texts or len(texts) > MAX_TEXTS:
+        raise InputError(f"texts must hold 1 to {MAX_TEXTS} strings, got {len(texts)}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str) or not t.strip():
+            raise InputError(f"texts[{i}] must be a non-empty string")
+        if len(t) > MAX_CHARS:
+            raise InputError(f"texts[{i}] is {len(t)} characters, over {MAX_CHARS}")
+    return list(texts)
+
+
+def _check_pairs(pairs: Any) -> list[list[str]]:
+    if not isinstance(pairs, (list, tuple)) or not pairs:
+        raise InputError("pairs must be a non-empty list of [text, text]")
+    if len(pairs) > MAX_TEXTS // 2:
+        raise InputError(f"pairs must hold at most {MAX_TEXTS // 2} pairs, got {len(pairs)}")
+    for i, p in enumerate(pairs):
+        if not isinstance(p, (list, tuple)) or len(p) != 2:
+            raise InputError(f"pairs[{i}] must be [text, text]")
+    flat = check_texts([t for p in pairs for t in p])
+    return [flat[i : i + 2] for i in range(0, len(flat), 2)]
