@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
-from edgekit.devices.lighting import Lighting, get_lighting
+from edgekit.devices.lighting import LIGHTINGS, Lighting, get_lighting
 from edgekit.devices.scenes import HELDOUT_BAND, PHOTOS, load_photo
 from edgekit.devices.sensor import (
     DEFAULT_SENSOR,
@@ -96,7 +96,9 @@ class SimCamera(Camera):
 
     ``fail_after=N`` raises CameraDisconnected on capture N+1 (fault tests); ``glitch_every=N``
     delivers every Nth frame as a single-channel (H, W) image, as a sensor switched to the
-    wrong pixel format would (consumers must refuse it, not crash); ``realtime=True``
+    wrong pixel format would (consumers must refuse it, not crash); ``tour_every=N`` moves to
+    the next scene and the next lighting environment every N captures (a live-looking stream
+    for the daemon); ``realtime=True``
     sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos.
     """
 
@@ -113,6 +115,7 @@ class SimCamera(Camera):
         region: str = "heldout",
         fail_after: int | None = None,
         glitch_every: int | None = None,
+        tour_every: int | None = None,
         realtime: bool = False,
         sensor: SensorParams = DEFAULT_SENSOR,
     ) -> None:
@@ -125,6 +128,9 @@ class SimCamera(Camera):
         if glitch_every is not None and glitch_every < 1:
             raise InputError(f"glitch_every must be >= 1, got {glitch_every}")
         self.glitch_every = glitch_every
+        if tour_every is not None and tour_every < 1:
+            raise InputError(f"tour_every must be >= 1, got {tour_every}")
+        self.tour_every = tour_every
         self.realtime = realtime
         self.sensor = sensor
         self.scenes = list(scenes)
@@ -149,7 +155,7 @@ class SimCamera(Camera):
                 raise InputError(f"sim camera option '{part}' must be key=value")
             key = key.strip().replace("-", "_")
             value = value.strip()
-            if key in ("seed", "fail_after", "glitch_every"):
+            if key in ("seed", "fail_after", "glitch_every", "tour_every"):
                 kwargs[key] = int(value)
             elif key == "size":
                 h, _, w = value.lower().partition("x")
@@ -161,7 +167,7 @@ class SimCamera(Camera):
             else:
                 raise InputError(
                     f"unknown sim camera option '{key}'; expected seed, lighting, size, scene, "
-                    "region, fail_after, glitch_every, realtime"
+                    "region, fail_after, glitch_every, tour_every, realtime"
                 )
         kwargs.update(options)
         return cls(**kwargs)
@@ -238,6 +244,10 @@ class SimCamera(Camera):
             raise CameraDisconnected(
                 f"sim camera disconnected after {self.fail_after} captures (fail_after)"
             )
+        if self.tour_every and self.captures and self.captures % self.tour_every == 0:
+            self.next_scene()
+            names = list(LIGHTINGS)
+            self.lighting = LIGHTINGS[names[(names.index(self.lighting.name) + 1) % len(names)]]
         settings = settings or CaptureSettings()
         rng = np.random.default_rng((self.seed, self.captures))
         latency = 0.0

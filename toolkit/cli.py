@@ -332,11 +332,22 @@ def demo_cmd(
         list[str] | None, typer.Option("--model", help="limit to these models (repeat)")
     ] = None,
     iterations: Annotated[int, typer.Option(help="timed iterations per bench row")] = 100,
+    daemon_seconds: Annotated[
+        float, typer.Option(help="seconds to run the local daemon's pipelines (0 = skip it)")
+    ] = 20.0,
 ) -> None:
-    """Export the demo models to every target this machine supports, verify, and benchmark."""
+    """Export the demo models to every target this machine supports, verify, benchmark, then
+    deploy them to a local daemon on the simulated camera and run its pipelines."""
     from edgekit.demo import DEMO_MODELS, run_demo
 
-    failures = run_demo(threads, out, bundles, tuple(model or DEMO_MODELS), iterations=iterations)
+    failures = run_demo(
+        threads,
+        out,
+        bundles,
+        tuple(model or DEMO_MODELS),
+        iterations=iterations,
+        daemon_seconds=daemon_seconds,
+    )
     if failures:
         raise typer.Exit(1)
 

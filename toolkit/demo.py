@@ -3,7 +3,10 @@
 Exports the demo models to every target this machine supports, verifies each bundle against
 its torch reference, then benchmarks eager torch and every bundle side by side (one table per
 model, JSON and PNG written under ``out``). Targets whose SDK or device is missing here are
-listed with the reason, never silently dropped.
+listed with the reason, never silently dropped. Then the device loop (demo_daemon.py): a local
+daemon on the simulated camera, the int8 bundles deployed to it over HTTP, Lens and the
+classifier run live for a bounded time, text scored through it, a bench here vs through the
+daemon, and a clean stop.
 """
 
 from __future__ import annotations
@@ -13,6 +16,10 @@ from pathlib import Path
 from typing import Any
 
 DEMO_MODELS = ("minilm", "photo-cnn")
+DEMO_PAIRS = [
+    ["A man is playing a guitar.", "Someone is playing the guitar."],
+    ["A man is playing a guitar.", "The stock market fell sharply today."],
+]
 DEMO_TARGETS = (
     "onnx-fp32",
     "onnx-int8",
@@ -113,6 +120,7 @@ def run_demo(
     models: tuple[str, ...] = DEMO_MODELS,
     targets: tuple[str, ...] = DEMO_TARGETS,
     iterations: int = 100,
+    daemon_seconds: float = 20.0,
 ) -> int:
     """Run the demo; return the number of failed exports or benchmark rows (0 = all good)."""
     from edgekit.bench import BenchConfig, BenchTarget, bench_many
@@ -147,34 +155,22 @@ def run_demo(
             write_report(report, out / f"{model}-bench.json"),
             plot_report(report, out / f"{model}-bench.png"),
         ]
-    cnn_int8 = next(
-        (
-            o.bundle
-            for o in outcomes
-            if o.model == "photo-cnn" and o.target == "onnx-int8" and o.bundle
-        ),
-        None,
-    )
-    if cnn_int8:
-        written += live_lens(cnn_int8, out, console)
+    verified = {(o.model, o.target): o.bundle for o in outcomes if o.bundle}
+    deploy = {m: verified[(m, "onnx-int8")] for m in models if (m, "onnx-int8") in verified}
+    if daemon_seconds > 0 and deploy:
+        from edgekit.demo_daemon import run_daemon_loop
+
+        pipelines = "lens,classify" if "photo-cnn" in deploy else ""
+        pairs = {"minilm": DEMO_PAIRS} if "minilm" in deploy else {}
+        summary = run_daemon_loop(
+            deploy, pipelines, out, console, daemon_seconds, tuple(deploy.values()), pairs, threads
+        )
+        failures += int(not summary["stopped_cleanly"]) + summary.get("bench_failed", 0)
+        written += [Path(p) for p in summary.get("bench", [])]
+        written += [out / "daemon-frames", out / "daemon-results.jsonl"]
     console.print("bundles: " + ", ".join(o.bundle for o in outcomes if o.bundle))
     console.print("reports: " + ", ".join(str(p) for p in written))
     return failures
-
-
-def live_lens(bundle: str, out: Path, console: Any, frames: int = 12) -> list[Path]:
-    """A short closed-loop Lens run on the simulated camera (dim room) with the int8 classifier."""
-    from edgekit.lens_run import run_lens
-
-    log = out / "lens-run.jsonl"
-    log.unlink(missing_ok=True)
-    decisions = run_lens("sim:seed=0,lighting=dim-room", bundle, budget_k=6, frames=frames, log=log)
-    picked = ", ".join(sorted({d["setting"] for d in decisions}))
-    console.print(
-        f"lens on sim camera (dim room, K=6, {len(decisions)} decisions): chose {picked}; "
-        f"mean capture-to-decision {1e3 * sum(d['total_s'] for d in decisions) / len(decisions):.0f} ms"
-    )
-    return [log, log.with_suffix(".png")]
 
 
 def contrib_ops_of(bundle_dir: str) -> list[str]:

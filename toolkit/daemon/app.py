@@ -26,7 +26,7 @@ from starlette.requests import ClientDisconnect
 
 from edgekit.daemon.loop import FrameLoop
 from edgekit.daemon.metrics import DaemonMetrics
-from edgekit.daemon.store import BundleStore, check_name
+from edgekit.daemon.store import BundleNotDeployed, BundleStore, check_name
 from edgekit.errors import BundleError, EdgekitError, InputError, SelfTestError
 
 MAX_UPLOAD_BYTES = 2 << 30
@@ -90,7 +90,7 @@ def create_app(state: DaemonState) -> FastAPI:
     @app.exception_handler(EdgekitError)
     async def _edgekit_error(request: Request, exc: EdgekitError) -> JSONResponse:
         code = 422 if isinstance(exc, (BundleError, SelfTestError)) else 400
-        if isinstance(exc, InputError) and "no bundle named" in str(exc):
+        if isinstance(exc, BundleNotDeployed):
             code = 404
         return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=code)
 
@@ -254,9 +254,7 @@ def _bench(state: DaemonState, body: dict[str, Any]) -> dict[str, Any]:
     name = body.get("bundle")
     if not isinstance(name, str):
         raise InputError("POST /bench needs {'bundle': NAME, 'runtimes': [...], 'config': {...}}")
-    path = state.store.current_path(check_name(name))
-    if path is None:
-        raise InputError(f"no bundle named '{name}' is deployed here")
+    path = state.store.get(check_name(name)).path
     runtimes = body.get("runtimes") or []
     if not isinstance(runtimes, list) or not all(isinstance(r, str) for r in runtimes):
         raise InputError("'runtimes' must be a list of runtime names")

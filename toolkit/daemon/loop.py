@@ -19,7 +19,7 @@ from typing import Any
 
 from edgekit.daemon.metrics import DaemonMetrics
 from edgekit.daemon.pipelines import Context, Pipeline
-from edgekit.daemon.store import BundleStore
+from edgekit.daemon.store import BundleNotDeployed, BundleStore
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, Frame
 
 
@@ -210,6 +210,7 @@ class FrameLoop:
     def _pipeline_loop(self, pipe: Pipeline) -> None:
         status = self.status[pipe.name]
         seen = 0
+        waiting = False  # frames that pass while no bundle is deployed are not drops
         metrics = self.metrics
         while not self._stop.is_set():
             self._wait_running()
@@ -217,7 +218,7 @@ class FrameLoop:
             if frame is None or seq <= seen:
                 metrics.queue_depth.labels(pipe.name).set(0)
                 continue
-            if seen and seq - seen > 1:
+            if seen and seq - seen > 1 and not waiting:
                 metrics.dropped.labels(pipe.name).inc(seq - seen - 1)
                 status["dropped"] += seq - seen - 1
             seen = seq
@@ -230,7 +231,16 @@ class FrameLoop:
             self._busy[pipe.name] = True
             try:
                 pipe.ensure_loaded(self.store)
+            except BundleNotDeployed as exc:  # not an error: waiting for a deploy
+                status.update(state="waiting for bundle", waiting_for=str(exc))
+                self._busy[pipe.name] = False
+                waiting = True
+                self._stop.wait(0.2)
+                continue
+            waiting = False
+            try:
                 status["state"] = "running"
+                status.pop("waiting_for", None)
                 start = time.perf_counter()
                 result = pipe.process(frame, ctx)
                 metrics.stage.labels(pipe.name, "total").observe(time.perf_counter() - start)
@@ -239,9 +249,6 @@ class FrameLoop:
                 status["errors"] += 1
                 status["last_error"] = f"{type(exc).__name__}: {exc}"
                 status["last_error_trace"] = traceback.format_exc(limit=5)[-2000:]
-                if "no bundle named" in str(exc):
-                    status["state"] = "waiting for bundle"
-                    self._stop.wait(0.2)
                 continue
             finally:
                 self._busy[pipe.name] = False

@@ -40,13 +40,15 @@ def bench_devices(
     devices: Sequence[str],
     runtimes: Sequence[str] = (),
     config: BenchConfig | None = None,
-    local: bool = False,
+    local: bool | dict[str, Any] = False,
     token: str | None = None,
     progress: bool = True,
+    state_dir: Any = None,
 ) -> dict[str, Any]:
     """One report (schema edgekit.bench/1) with a row per bundle x runtime x device.
 
-    ``devices``: daemon addresses HOST:PORT; ``local``: also bench here. Each row's ``device``
+    ``devices``: daemon addresses HOST:PORT; ``local``: also bench here (or a bench report
+    measured here before, e.g. while no daemon competed for the CPU). Each row's ``device``
     names where it ran ("HOST:PORT/cpu"); ``device_environments`` maps each device to the
     environment its daemon recorded. A device that cannot be reached or fails gives failed
     rows naming the reason, never a silent gap.
@@ -66,14 +68,18 @@ def bench_devices(
         "device_environments": {},
     }
     if local:
-        here = bench_many(expand_targets(bundles, runtimes), config, progress=progress)
+        here = (
+            local
+            if isinstance(local, dict)
+            else bench_many(expand_targets(bundles, runtimes), config, progress=progress)
+        )
         for row in here["results"]:
             row["device"] = f"local/{row.get('device') or 'cpu'}"
         report["results"] += here["results"]
         report["device_environments"]["local"] = here["environment"]
     with step_progress("remote bench", len(devices) * len(bundles), enabled=progress) as step:
         for address in devices:
-            client = DaemonClient(address, token=token)
+            client = DaemonClient(address, token=token, state_dir=state_dir)
             for bundle_dir in bundles:
                 step(f"{address} {bundle_dir}")
                 try:
@@ -92,9 +98,16 @@ def bench_devices(
 
 
 def _failed_row(address: str, bundle_dir: str, exc: BaseException) -> dict[str, Any]:
+    import json
+    from pathlib import Path
+
+    try:
+        model = json.loads((Path(bundle_dir) / "bundle.json").read_text())["model"]
+    except (OSError, ValueError, KeyError):
+        model = Path(bundle_dir).name
     return {
         "label": f"{bundle_dir} on {address}",
-        "model": str(bundle_dir),
+        "model": model,
         "device": address,
         "status": "failed",
         "error": f"{type(exc).__name__}: {exc}",

@@ -29,6 +29,11 @@ from edgekit.bundle import Bundle
 from edgekit.cache import atomic_write_text
 from edgekit.errors import BundleError, InputError
 
+
+class BundleNotDeployed(InputError):
+    """No version of the named bundle is deployed on this device."""
+
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 KEEP_PREVIOUS = 3  # versions kept for rollback
 
@@ -84,7 +89,9 @@ class BundleStore:
         path = self.current_path(name)
         if path is None:
             known = ", ".join(self.names()) or "none"
-            raise InputError(f"no bundle named '{name}' is deployed here (deployed: {known})")
+            raise BundleNotDeployed(
+                f"no bundle named '{name}' is deployed here (deployed: {known})"
+            )
         return Bundle.load(path)
 
     def describe(self, name: str) -> dict[str, Any]:
