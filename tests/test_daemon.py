@@ -47,6 +47,8 @@ def test_health_metrics_and_pipelines(daemon):
     )
     assert health["status"] == "ok" and health["camera"]["connected"]
     assert health["bundles"] == ["photo-cnn"]
+    assert health["profile"]["name"] == "x86-cpu"
+    assert health["pipelines"]["classify"]["runtime"] == "onnxruntime"
     text = httpx.get(f"{daemon.url}/metrics").text
     m = parse_prometheus(text)
     assert m["edgekit_frames_total"] >= 3
@@ -219,3 +221,20 @@ def test_score_text_bundle(daemon):
             client.score("minilm", texts=[])
         with pytest.raises(DaemonError, match="not a text model"):
             client.score("photo-cnn", texts=["hello"])
+
+
+def test_deploy_model_name_uses_the_device_profile(daemon):
+    from typer.testing import CliRunner
+
+    from edgekit.cli import app
+
+    result = CliRunner().invoke(
+        app, ["deploy", "photo-cnn", "--to", daemon.address, "--name", "cnn-auto",
+              "--token", daemon.token],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "profile picks onnx-int8" in result.output
+    info = httpx.get(f"{daemon.url}/bundles/cnn-auto").json()
+    assert info["target"]["format"] == "onnx" and info["target"]["precision"] == "int8"
+    bad = CliRunner().invoke(app, ["deploy", "no-such-model", "--to", daemon.address])
+    assert bad.exit_code == 2 and "neither a bundle directory nor a model" in bad.output

@@ -44,6 +44,10 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             float | None,
             typer.Option(help="stop after this many seconds (default: run until Ctrl-C)"),
         ] = None,
+        profile: Annotated[
+            str,
+            typer.Option(help="device profile that picks the runtimes (auto = detect)"),
+        ] = "auto",
     ) -> None:
         """Run the on-device daemon: camera, pipelines, HTTP API and live page."""
         from edgekit.daemon.serve import serve
@@ -55,12 +59,17 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             if not sep or not name or not path:
                 raise InputError(f"--bundle {item!r} must be NAME=BUNDLE_DIR")
             initial[name] = path
-        serve(camera, pipeline, host, port, state_dir, initial, fps, duration)
+        serve(camera, pipeline, host, port, state_dir, initial, fps, duration, profile=profile)
 
     @app.command("deploy")
     @handle_errors
     def deploy_cmd(
-        bundle_dir: Annotated[Path, typer.Argument(help="bundle directory")],
+        bundle_dir: Annotated[
+            str,
+            typer.Argument(
+                help="bundle directory, or a registered model: exported for each device's profile"
+            ),
+        ],
         to: Annotated[list[str], typer.Option("--to", help="device daemon HOST:PORT (repeat)")],
         name: Annotated[
             str | None, typer.Option(help="deployed name (default: the bundle's model name)")
@@ -75,7 +84,11 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
 
         for address in to:
             with DaemonClient(address, token=token) as client:
-                out = client.deploy(bundle_dir, name)
+                path = bundle_dir
+                if not Path(bundle_dir).is_dir():
+                    path, target = bundle_for_device(bundle_dir, client.health().get("profile"))
+                    console().print(f"{address}: profile picks {target} for {bundle_dir}")
+                out = client.deploy(path, name)
             check = out.get("check") or {}
             console().print(
                 f"{address}: deployed {out['name']} version {out['version']} "
@@ -95,3 +108,25 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         with DaemonClient(to, token=token) as client:
             out = client.rollback(name)
         console().print(f"{to}: {out['name']} is back on version {out['version']}")
+
+
+def bundle_for_device(model: str, profile: dict[str, Any] | None) -> tuple[str, str]:
+    """(bundle dir, target) of registered ``model`` for a device's profile: its first default
+    target this machine can export (built once, cached). InputError if none can be built."""
+    from edgekit.bundle_cache import cached_bundles
+    from edgekit.demo import target_available
+    from edgekit.errors import InputError
+    from edgekit.registry import names
+
+    if model not in names():
+        raise InputError(
+            f"'{model}' is neither a bundle directory nor a model ({', '.join(names())})"
+        )
+    targets = list((profile or {}).get("targets") or ["onnx-fp32"])
+    reasons = {t: target_available(t) for t in targets}
+    usable = [t for t in targets if reasons[t] is None]
+    if not usable:
+        why = "; ".join(f"{t}: {r}" for t, r in reasons.items())
+        raise InputError(f"none of the device profile's targets can be built here ({why})")
+    bundle = cached_bundles(((model, usable[0]),))[f"{model} {usable[0]}"]
+    return str(bundle.path), usable[0]

@@ -60,34 +60,11 @@ def lighting_names() -> list[str]:
 def bench_bundles(
     targets: tuple[tuple[str, str], ...], root: Path | None = None, notes: list[str] | None = None
 ) -> dict[str, Any]:
-    """Bundles {"<model> <target>": Bundle} built with build_bundle into ``root`` (default: the
-    edgekit cache), reused when already there. Models not registered are skipped (noted)."""
-    from edgekit.build import build_bundle
-    from edgekit.bundle import Bundle
+    """Bundles {"<model> <target>": Bundle} for the Lens benchmark (edgekit.bundle_cache)."""
+    from edgekit.bundle_cache import cached_bundles
     from edgekit.cache import cache_dir
-    from edgekit.errors import BundleError
-    from edgekit.exporters import ExportOptions, Target
-    from edgekit.registry import get_card, names
 
-    root = root or cache_dir("lens-bench")
-    bundles = {}
-    for model, target in targets:
-        if model not in names():
-            if notes is not None:
-                notes.append(f"{model} is not registered here; run without it")
-            continue
-        card = get_card(model)
-        # key the cached bundle by the trained weights (their cache file names carry a hash of
-        # the training recipe), so retrained weights never reuse a stale bundle
-        weights = getattr(card.train(), "path", None)
-        dest = root / f"{model}-{target}" / (Path(weights).stem if weights else "pretrained")
-        try:
-            bundles[f"{model} {target}"] = Bundle.load(dest)
-        except BundleError:
-            bundles[f"{model} {target}"], _ = build_bundle(
-                card, Target.parse(target), dest, ExportOptions(), progress=False
-            )
-    return bundles
+    return cached_bundles(targets, root or cache_dir("lens-bench"), notes)
 
 
 def scene_crops(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

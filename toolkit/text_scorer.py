@@ -25,9 +25,16 @@ MAX_CHARS = 20_000
 
 
 class TextScorer:
-    """Score texts with a text bundle. ``runtime``/``threads`` as for ``Bundle.session``."""
+    """Score texts with a text bundle. ``runtime``/``threads``/``device`` as for
+    ``Bundle.session``."""
 
-    def __init__(self, bundle: Bundle, runtime: str | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        bundle: Bundle,
+        runtime: str | None = None,
+        threads: int | None = None,
+        device: str | None = None,
+    ) -> None:
         from tokenizers import Tokenizer
 
         pre = bundle.manifest.get("preprocessing") or {}
@@ -42,7 +49,7 @@ class TextScorer:
         self.tokenizer = Tokenizer.from_file(str(bundle.file(f"assets/{pre['tokenizer']}")))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=self.max_length)
-        self.session = bundle.session(runtime=runtime, threads=threads)
+        self.session = bundle.session(runtime=runtime, device=device, threads=threads)
         self.input_names = [s.name for s in self.session.io()[0]]
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:

@@ -45,6 +45,7 @@ class DaemonState:
         state_dir: Path,
         camera_spec: str,
         max_upload_bytes: int = MAX_UPLOAD_BYTES,
+        profile: Any = None,
     ) -> None:
         self.store, self.metrics, self.loop, self.token = store, metrics, loop, token
         self.state_dir = state_dir
@@ -53,6 +54,7 @@ class DaemonState:
         for stale in self.uploads.iterdir():  # partial uploads of a previous run
             stale.unlink(missing_ok=True)
         self.camera_spec = camera_spec
+        self.profile = profile
         self.max_upload_bytes = max_upload_bytes
         self.started = time.time()
         self.deploy_lock = threading.Lock()
@@ -67,7 +69,13 @@ class DaemonState:
             cached = self.scorers.get(name)
             if cached and cached[0] == self.store.generation:
                 return cached[1]
-            scorer = TextScorer(self.store.get(name))
+            bundle = self.store.get(name)
+            runtime, device = (None, None)
+            if self.profile is not None:
+                from edgekit.devices.profiles import pick_runtime
+
+                runtime, device = pick_runtime(bundle.graph().format, self.profile)
+            scorer = TextScorer(bundle, runtime=runtime, device=device)
             self.scorers[name] = (self.store.generation, scorer)
             return scorer
 
@@ -117,6 +125,7 @@ def create_app(state: DaemonState) -> FastAPI:
             "frames": loop.frames if loop else 0,
             "pipelines": pipelines,
             "bundles": state.store.names(),
+            "profile": state.profile.to_json() if state.profile else None,
             "version": _version(),
         }
 

@@ -85,9 +85,12 @@ class FrameLoop:
         metrics: DaemonMetrics,
         fps: float = 0.0,
         max_frames: int | None = None,
+        profile: Any = None,
     ) -> None:
         self.open_camera = open_camera
         self.pipelines = pipelines
+        for pipe in pipelines:
+            pipe.profile = profile
         self.store = store
         self.metrics = metrics
         self.fps = fps
@@ -239,7 +242,7 @@ class FrameLoop:
                 continue
             waiting = False
             try:
-                status["state"] = "running"
+                status.update(state="running", runtime=pipe.runtime)
                 status.pop("waiting_for", None)
                 start = time.perf_counter()
                 result = pipe.process(frame, ctx)

@@ -38,6 +38,8 @@ class Pipeline:
     bundle: str
     name: str = ""
     store: BundleStore | None = None
+    profile: Any = None  # DeviceProfile: picks the runtime each graph loads on
+    runtime: str | None = None  # the runtime the current session runs on
     _generation: int = field(default=-1, repr=False)
 
     def __post_init__(self) -> None:
@@ -53,8 +55,24 @@ class Pipeline:
     def load(self, store: BundleStore) -> None:
         raise NotImplementedError
 
+    def open_session(self, bundle: Any, graph: str | None = None) -> Any:
+        """A session for ``graph`` of ``bundle`` on the runtime the device profile picks."""
+        session, self.runtime = profile_session(bundle, self.profile, graph)
+        return session
+
     def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
         raise NotImplementedError
+
+
+def profile_session(bundle: Any, profile: Any, graph: str | None = None) -> tuple[Any, str]:
+    """(session, runtime name) for ``graph`` of ``bundle``: the profile's first runtime that
+    reads the graph's format here, else the bundle's default runtime."""
+    from edgekit.devices.profiles import pick_runtime
+
+    entry = bundle.graph(graph)
+    runtime, device = pick_runtime(entry.format, profile) if profile else (None, None)
+    runtime = runtime or bundle.default_runtime(entry.name)
+    return bundle.session(entry.name, runtime=runtime, device=device), runtime
 
 
 def check_frame(image: Any) -> np.ndarray:
@@ -72,7 +90,7 @@ class ClassifyPipeline(Pipeline):
 
     def load(self, store: BundleStore) -> None:
         bundle = store.get(self.bundle)
-        self.session = bundle.session()
+        self.session = self.open_session(bundle)
         self.labels = list(bundle.manifest.get("labels") or [])
 
     def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
@@ -102,7 +120,7 @@ class LensPipeline(Pipeline):
 
     def load(self, store: BundleStore) -> None:
         bundle = store.get(self.bundle)
-        self.session = bundle.session()
+        self.session = self.open_session(bundle)
         self.labels = list(bundle.manifest.get("labels") or []) or None
         self.controller = None  # rebuilt on the next frame with the new session
 

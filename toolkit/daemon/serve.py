@@ -78,6 +78,7 @@ def serve(
     duration_s: float | None = None,
     max_frames: int | None = None,
     log_level: str = "warning",
+    profile: str = "auto",
 ) -> None:
     """Run the daemon in this process until SIGINT/SIGTERM or ``duration_s`` seconds."""
     import uvicorn
@@ -95,11 +96,16 @@ def serve(
     removed = store.recover()
     for name, path in (bundles or {}).items():
         print(f"bundle {check_name(name)}: {deploy_local(store, name, path)} from {path}")
+    from edgekit.devices.profiles import detect_profile, get_profile
+
+    device_profile = detect_profile() if profile == "auto" else get_profile(profile)
     pipes = parse_pipelines(pipelines)
     open_camera(camera).close()  # fail fast on a bad spec or a missing device
     metrics = DaemonMetrics()
-    loop = FrameLoop(lambda: open_camera(camera), pipes, store, metrics, fps, max_frames)
-    daemon_state = DaemonState(store, metrics, loop, token, state, camera)
+    loop = FrameLoop(
+        lambda: open_camera(camera), pipes, store, metrics, fps, max_frames, device_profile
+    )
+    daemon_state = DaemonState(store, metrics, loop, token, state, camera, profile=device_profile)
     app = create_app(daemon_state)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
@@ -109,7 +115,8 @@ def serve(
         timer.start()
     print(
         f"edgekit daemon on http://{host}:{port}  camera={camera}  "
-        f"pipelines={','.join(p.name for p in pipes) or 'none'}  state={state}"
+        f"pipelines={','.join(p.name for p in pipes) or 'none'}  profile={device_profile.name}  "
+        f"state={state}"
         + (f"  (removed {len(removed)} leftovers of an interrupted deploy)" if removed else ""),
         flush=True,
     )
