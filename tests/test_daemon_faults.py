@@ -94,3 +94,28 @@ def test_soak_10000_frames_flat_rss(tmp_path, cnn_bundle):
         assert growth_mb < 8.0, f"RSS grew {growth_mb:.1f} MB from frame 2000 to 10000"
     finally:
         proc.stop()
+
+
+def test_oversized_archive_is_refused(tmp_path, cnn_bundle):
+    from edgekit.archive import pack
+
+    proc = DaemonProcess(
+        tmp_path / "state", "--pipeline", "", "--max-upload-mb", "0.01"
+    ).start()  # 10 KiB limit; the bundle archive is larger
+    try:
+        data = pack(cnn_bundle, tmp_path / "b.tar").read_bytes()
+        assert len(data) > 10 * 1024
+        headers = {"Authorization": f"Bearer {proc.token}"}
+        r = httpx.put(f"{proc.url}/bundles/cnn", content=data, headers=headers)
+        assert r.status_code == 413 and "over" in r.json()["detail"]
+
+        def chunks():  # no Content-Length: the limit is enforced while streaming
+            for i in range(0, len(data), 4096):
+                yield data[i : i + 4096]
+
+        r = httpx.put(f"{proc.url}/bundles/cnn", content=chunks(), headers=headers)
+        assert r.status_code == 413
+        assert httpx.get(f"{proc.url}/bundles/cnn").status_code == 404
+        assert not list((tmp_path / "state" / "uploads").iterdir())
+    finally:
+        proc.stop()

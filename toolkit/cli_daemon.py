@@ -48,6 +48,9 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             str,
             typer.Option(help="device profile that picks the runtimes (auto = detect)"),
         ] = "auto",
+        max_upload_mb: Annotated[
+            float | None, typer.Option(help="largest bundle archive accepted (default 2048 MB)")
+        ] = None,
     ) -> None:
         """Run the on-device daemon: camera, pipelines, HTTP API and live page."""
         from edgekit.daemon.serve import serve
@@ -59,7 +62,10 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             if not sep or not name or not path:
                 raise InputError(f"--bundle {item!r} must be NAME=BUNDLE_DIR")
             initial[name] = path
-        serve(camera, pipeline, host, port, state_dir, initial, fps, duration, profile=profile)
+        serve(
+            camera, pipeline, host, port, state_dir, initial, fps, duration,
+            profile=profile, max_upload_mb=max_upload_mb,
+        )  # fmt: skip
 
     @app.command("deploy")
     @handle_errors

@@ -255,6 +255,8 @@ class FrameLoop:
                 continue
             finally:
                 self._busy[pipe.name] = False
+            # a newer frame already waiting while this one was processed: the slot is full
+            metrics.queue_depth.labels(pipe.name).set(int(self.latest.seq > seen))
             metrics.capture_to_decision.labels(pipe.name).observe(time.monotonic() - captured_at)
             metrics.processed.labels(pipe.name).inc()
             status["processed"] += 1

@@ -79,6 +79,7 @@ def serve(
     max_frames: int | None = None,
     log_level: str = "warning",
     profile: str = "auto",
+    max_upload_mb: float | None = None,
 ) -> None:
     """Run the daemon in this process until SIGINT/SIGTERM or ``duration_s`` seconds."""
     import uvicorn
@@ -106,6 +107,8 @@ def serve(
         lambda: open_camera(camera), pipes, store, metrics, fps, max_frames, device_profile
     )
     daemon_state = DaemonState(store, metrics, loop, token, state, camera, profile=device_profile)
+    if max_upload_mb is not None:
+        daemon_state.max_upload_bytes = int(max_upload_mb * 2**20)
     app = create_app(daemon_state)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, lifespan="on")
     server = uvicorn.Server(config)
