@@ -181,7 +181,13 @@ def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
     from edgekit.lens_bench import LensBenchConfig, run_lens_bench
-    from edgekit.lens_report import lens_checks, lens_plot, lens_table, summarise
+    from edgekit.lens_report import (
+        environment_table,
+        lens_checks,
+        lens_plot,
+        lens_table,
+        summarise,
+    )
 
     config = LensBenchConfig(
         seeds=(0,),
@@ -210,5 +216,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     assert acc["oracle"] >= acc["lens K=27"] >= 0.0
     assert all(acc["oracle"] >= a for m, a in acc.items() if m != "clean")
     assert lens_table(report).row_count == len(expected)
+    env_table = environment_table(report)
+    assert env_table.row_count == len(report["config"]["environments"])
+    assert len(env_table.columns) == 2 + 4 * len(summarise(report))
     assert {c["claim"] for c in lens_checks(report)}
     assert lens_plot(report, tmp_path / "lens.png").stat().st_size > 0

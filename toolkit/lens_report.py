@@ -137,6 +137,35 @@ def lens_table(report: dict[str, Any]) -> Any:
     return table
 
 
+def environment_table(report: dict[str, Any]) -> Any:
+    """A rich Table: top-1 (%) per lighting environment (rows, with lux) for each model's
+    auto-exposure, best-fixed, Lens K=6 (default strategy) and oracle — where Lens wins and
+    where it loses."""
+    from rich.table import Table
+
+    from edgekit.devices.lighting import get_lighting
+    from edgekit.lens import DEFAULT_STRATEGY
+
+    summary = summarise(report)
+    envs = report["config"]["environments"]
+    lens = f"lens K=6 {DEFAULT_STRATEGY}"
+    methods = ("ae", "best-fixed", lens, "oracle")
+    table = Table(title="Top-1 (%) by lighting environment (mean over seeds)")
+    table.add_column("Environment")
+    table.add_column("lux", justify="right")
+    for model in summary:
+        for m in methods:
+            table.add_column(f"{model}\n{m.replace(' ' + DEFAULT_STRATEGY, '')}", justify="right")
+    for e, env in enumerate(envs):
+        cells = [env, f"{get_lighting(env).lux:g}"]
+        for rows in summary.values():
+            for m in methods:
+                by_env = (rows.get(m) or {}).get("by_env")
+                cells.append(f"{100 * by_env[e][0]:.1f}" if by_env else "-")
+        table.add_row(*cells)
+    return table
+
+
 def calibration_table(report: dict[str, Any]) -> Any:
     """A rich Table: each strategy's Lens accuracy (%) on the *calibration* scenes (mean ± std
     over seeds), per model and K: the data the default strategy is chosen on."""
@@ -239,6 +268,7 @@ def eval_lens(
     lens_plot(report, out / "lens.png")
     console = wide_console()
     console.print(lens_table(report))
+    console.print(environment_table(report))
     console.print(calibration_table(report))
     console.print(overhead_table(report))
     for c in report["checks"]:
