@@ -2,7 +2,7 @@
 worker threads, so the event loop keeps answering while it happens.
 
 Mutating endpoints need ``Authorization: Bearer <token>``: PUT /bundles/{name},
-POST /bundles/{name}/rollback, POST /bench.
+POST /bundles/{name}/rollback, POST /bench, POST /pipelines/{name}/prompt.
 """
 
 from __future__ import annotations
@@ -147,6 +147,24 @@ def create_app(state: DaemonState) -> FastAPI:
             raise HTTPException(404, f"no pipeline '{name}' runs here (running: {known})")
         result = loop.results.get(name)
         return {"status": _public(loop.status[name]), "latest": _public(result) if result else None}
+
+    @app.post("/pipelines/{name}/prompt")
+    async def prompt(name: str, request: Request) -> dict[str, Any]:
+        require_token(request)
+        loop = state.loop
+        pipe = next((p for p in loop.pipelines if p.name == name), None) if loop else None
+        if pipe is None or not hasattr(pipe, "set_prompts"):
+            raise HTTPException(404, f"no promptable pipeline '{name}' runs here")
+        body = await _json_body(request)
+        objects = body.get("objects")
+        if not isinstance(objects, dict):
+            raise InputError("POST .../prompt needs {'objects': {'1': {'points': [[x, y]], ...}}}")
+        try:
+            parsed = {int(k): v for k, v in objects.items()}
+        except ValueError as exc:
+            raise InputError(f"object ids must be integers: {exc}") from exc
+        pipe.set_prompts(parsed, reset=bool(body.get("reset", True)))
+        return {"pipeline": name, "queued": sorted(parsed)}
 
     @app.get("/frame.png")
     def frame() -> Response:

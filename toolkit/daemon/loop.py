@@ -270,4 +270,5 @@ class FrameLoop:
                 "capture_to_decision_s": time.monotonic() - captured_at,
                 "result": result,
                 "_frame": frame,
+                **pipe.render_extras(),
             }

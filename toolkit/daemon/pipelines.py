@@ -55,6 +55,10 @@ class Pipeline:
     def load(self, store: BundleStore) -> None:
         raise NotImplementedError
 
+    def render_extras(self) -> dict[str, Any]:
+        """What the rendered frame needs besides the JSON result (e.g. "_masks")."""
+        return {}
+
     def open_session(self, bundle: Any, graph: str | None = None) -> Any:
         """A session for ``graph`` of ``bundle`` on the runtime the device profile picks."""
         session, self.runtime = profile_session(bundle, self.profile, graph)
@@ -146,9 +150,10 @@ class LensPipeline(Pipeline):
         return decision.to_json()
 
 
-PIPELINE_KINDS: dict[str, tuple[type[Pipeline], str]] = {
-    "lens": (LensPipeline, "photo-cnn"),
-    "classify": (ClassifyPipeline, "photo-cnn"),
+PIPELINE_KINDS: dict[str, tuple[str, str]] = {  # kind: (class "module:name", default bundle)
+    "lens": ("edgekit.daemon.pipelines:LensPipeline", "photo-cnn"),
+    "classify": ("edgekit.daemon.pipelines:ClassifyPipeline", "photo-cnn"),
+    "sam2-stream": ("edgekit.daemon.sam2_pipeline:Sam2StreamPipeline", "sam2-edge"),
 }
 
 
@@ -166,7 +171,11 @@ def parse_pipelines(spec: str | list[str]) -> list[Pipeline]:
             raise InputError(
                 f"unknown pipeline '{kind}'; this daemon runs {', '.join(PIPELINE_KINDS)}"
             )
-        cls, default_bundle = PIPELINE_KINDS[kind]
+        import importlib
+
+        path, default_bundle = PIPELINE_KINDS[kind]
+        module, _, attr = path.partition(":")
+        cls = getattr(importlib.import_module(module), attr)
         pipe = cls(kind=kind, bundle=bundle or default_bundle)
         if any(p.name == pipe.name for p in out):
             pipe.name = f"{kind}-{pipe.bundle}"
