@@ -287,9 +287,18 @@ def bench_cmd(
         ),
     ] = None,
     token: Annotated[str | None, typer.Option(help="daemon token for --device")] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="fan the targets out as Ray tasks: 'local' or a cluster ADDRESS (auto, "
+            "HOST:6379, ray://HOST:10001); --device daemons become targets of Ray tasks",
+        ),
+    ] = None,
 ) -> None:
     """Benchmark bundles and models side by side: p50/p90/p99, load, first run, RSS, size.
-    With --device, the same bundles on several devices' daemons: one cross-device table."""
+    With --device, the same bundles on several devices' daemons: one cross-device table.
+    With --ray, every target is a Ray task on a cluster (retried if its worker dies)."""
     from edgekit.bench import BenchConfig, bench_many, expand_targets, overhead
     from edgekit.benchplot import plot_report
     from edgekit.benchtable import print_overhead, print_report, rows_summary, write_report
@@ -297,7 +306,13 @@ def bench_cmd(
     config = BenchConfig(
         warmup=warmup, iterations=iterations, duration_s=duration, threads=threads, batch=batch
     )
-    if device:
+    if ray:
+        from edgekit.cli_ray import bench_on_ray
+
+        report = bench_on_ray(
+            items, runtime or [], config, ray, device or [], token, extra_results or [], _console()
+        )
+    elif device:
         from edgekit.daemon.remote_bench import bench_devices, print_devices
 
         remote = [d for d in device if d != "local"]
@@ -380,9 +395,10 @@ def eval_cmd(
         str, typer.Argument(help="registered model name, or 'lens' (the sensor-control benchmark)")
     ],
     bundle: Annotated[
-        Path | None, typer.Option(help="evaluate this bundle instead of torch")
+        list[Path] | None,
+        typer.Option(help="evaluate this bundle instead of torch (repeat with --ray)"),
     ] = None,
-    runtime: Annotated[str | None, typer.Option()] = None,
+    runtime: Annotated[list[str] | None, typer.Option(help="runtime (repeat with --ray)")] = None,
     out: Annotated[Path, typer.Option(help="lens: where lens.json and lens.png go")] = Path(
         "out/lens"
     ),
@@ -394,8 +410,36 @@ def eval_cmd(
     test_per_class: Annotated[
         int, typer.Option(help="lens: held-out scenes per class and seed")
     ] = 4,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="run the grid (torch + each bundle x runtime; lens: each seed) as Ray tasks: "
+            "'local' or a cluster ADDRESS",
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="--ray: write the grid report here")
+    ] = None,
 ) -> None:
-    """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`."""
+    """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
+    With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
+    if ray:
+        from edgekit.cli_ray import eval_on_ray
+
+        failed = eval_on_ray(
+            model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
+            _console(), json_out,
+        )  # fmt: skip
+        if failed:
+            raise typer.Exit(1)
+        return
+    if len(bundle or []) > 1 or len(runtime or []) > 1:
+        from edgekit.errors import InputError
+
+        raise InputError("several --bundle or --runtime values need --ray (the grid)")
+    bundle = bundle[0] if bundle else None
+    runtime = runtime[0] if runtime else None
     if model == "lens":
         from edgekit.lens_report import eval_lens
 
@@ -482,6 +526,15 @@ def _register_device_commands() -> None:
 
 
 _register_device_commands()
+
+
+def _register_ray_commands() -> None:
+    from edgekit.cli_ray import register
+
+    register(app, handle_errors, _console)
+
+
+_register_ray_commands()
 
 
 def main() -> None:

@@ -1,0 +1,531 @@
+"""Fan benchmarks and evaluations out over a Ray cluster: one Ray task per cell of the grid.
+
+- ``bench_ray``: one task per BenchTarget (models x precisions x runtimes), each measured the way
+  ``edgekit bench`` measures (a fresh ``python -m edgekit.bench --worker`` subprocess on the
+  task's node), plus one task per (device daemon, bundle) that runs the daemon's POST /bench.
+  The report is the usual ``edgekit.bench/1`` JSON, so the table and plot work unchanged.
+- ``eval_ray``: one task per (torch reference | bundle) x runtime of a model's ``evaluate``, or
+  one task per simulator seed of ``edgekit eval lens``.
+
+``address`` is ``local`` (start a Ray instance on this machine) or anything ``ray.init`` takes
+(``auto``, ``HOST:6379``, ``ray://HOST:10001``). Bundles reach the nodes through Ray's object
+store (packed once here, unpacked once per node into the edgekit cache and integrity-checked),
+so the nodes need no shared filesystem; ``$EDGEKIT_RAY_RUNTIME_ENV`` (JSON, or a JSON file) adds
+a job runtime_env, e.g. ``{"py_modules": ["dist/edgekit-0.1.0-py3-none-any.whl"]}``.
+
+A task whose worker dies (killed, out of memory, node lost) or that raises is retried
+``max_retries`` times; one still failing is a failed row naming the error, never a missing row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgekit.bench import SCHEMA, BenchConfig, BenchTarget, failure_row
+from edgekit.errors import EdgekitError, InputError, MissingDependencyError
+
+RUNTIME_ENV_VAR = "EDGEKIT_RAY_RUNTIME_ENV"
+LOCAL = "local"
+
+
+# ---- connecting ---------------------------------------------------------------------------
+def require_ray(what: str, serve: bool = False) -> Any:
+    """The ``ray`` module, or MissingDependencyError naming the ``edgekit[ray]`` extra."""
+    try:
+        import ray
+
+        if serve:
+            import ray.serve  # noqa: F401
+    except ImportError as exc:
+        package = "ray[serve]" if serve else "ray"
+        raise MissingDependencyError(what, package, extra="ray", detail=f"({exc})") from None
+    return ray
+
+
+def runtime_env_from(value: str | Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+    """A Ray runtime_env from ``value`` (a dict, JSON text or a JSON file), else from
+    ``$EDGEKIT_RAY_RUNTIME_ENV``; None when neither is set. InputError if it is not a JSON object."""
+    value = os.environ.get(RUNTIME_ENV_VAR) if value is None else value
+    if not value:
+        return None
+    if isinstance(value, Mapping):
+        return dict(value)
+    text = value
+    with contextlib.suppress(OSError):
+        if not value.lstrip().startswith("{") and Path(value).is_file():
+            text = Path(value).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise InputError(
+            f"Ray runtime_env {value!r} is neither JSON nor a JSON file: {exc}"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputError(f"Ray runtime_env must be a JSON object, got {type(data).__name__}")
+    return data
+
+
+@contextlib.contextmanager
+def ray_cluster(
+    address: str = LOCAL,
+    runtime_env: str | Mapping[str, Any] | None = None,
+    num_cpus: int | None = None,
+    quiet: bool = True,
+) -> Iterator[dict[str, Any]]:
+    """Connect to (or, for ``local``, start) a Ray cluster; yields its facts {address, nodes,
+    cpus}. Reuses a connection already open in this process; shuts down only what it started."""
+    ray = require_ray(f"--ray {address}")
+    started = False
+    if not ray.is_initialized():
+        options: dict[str, Any] = dict(runtime_env=runtime_env_from(runtime_env))
+        if quiet:
+            options.update(logging_level=logging.WARNING, log_to_driver=False)
+        try:
+            if address == LOCAL:
+                # address="local" always starts a new instance, never joins one found here
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **options)
+            else:
+                ray.init(address=address, **options)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            hint = ""
+            if address != LOCAL and not os.environ.get("RAY_AUTH_MODE"):
+                hint = (
+                    " (a cluster with token authentication needs RAY_AUTH_MODE=token here and "
+                    "the cluster's token in ~/.ray/auth_token)"
+                )
+            raise InputError(
+                f"cannot connect to the Ray cluster at {address!r}: {exc}{hint}"
+            ) from None
+        started = True
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = ray.cluster_resources().get("CPU", 0)
+        yield {"address": address, "nodes": len(nodes), "cpus": cpus}
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# ---- bundles on the nodes -----------------------------------------------------------------
+@dataclass(frozen=True)
+class ShippedBundle:
+    """A bundle handed to tasks: ``path`` here, and (when shipped) its .tar bytes in the object
+    store under ``archive`` with ``key`` = its content id."""
+
+    path: str
+    key: str
+    archive: Any = None
+
+
+def ship_bundle(path: str | os.PathLike[str], ship: bool) -> ShippedBundle:
+    """Integrity-check the bundle at ``path``; when ``ship``, put its archive in the object store."""
+    import tempfile
+
+    from edgekit.archive import pack
+    from edgekit.bundle import Bundle
+    from edgekit.daemon.store import content_id
+
+    bundle = Bundle.load(path)
+    key = content_id(bundle.manifest)[:16]
+    if not ship:
+        return ShippedBundle(str(path), key)
+    ray = require_ray("shipping bundles to Ray nodes")
+    with tempfile.TemporaryDirectory(prefix="edgekit-ship-") as tmp:
+        data = pack(bundle.path, Path(tmp) / "bundle.tar").read_bytes()
+    return ShippedBundle(str(path), key, ray.put(data))
+
+
+def local_bundle(shipped: ShippedBundle) -> str:
+    """On a node: the directory of ``shipped`` (unpacked once per node into the edgekit cache
+    ``ray-bundles/<content id>``, under a lock, integrity-checked by ``archive.unpack``)."""
+    if shipped.archive is None:
+        return shipped.path
+    import fcntl
+    import tempfile
+
+    import ray
+
+    from edgekit.archive import unpack
+    from edgekit.bundle import Bundle
+    from edgekit.cache import cache_dir
+    from edgekit.errors import BundleError
+
+    root = cache_dir("ray-bundles")
+    dest = root / shipped.key
+    with open(root / f".{shipped.key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with contextlib.suppress(BundleError):
+            return str(Bundle.load(dest).path)
+        with tempfile.TemporaryDirectory(prefix="ship-", dir=root) as tmp:
+            archive = Path(tmp) / "bundle.tar"
+            archive.write_bytes(ray.get(shipped.archive))
+            return str(unpack(archive, dest).path)
+
+
+def node_facts(started: float) -> dict[str, Any]:
+    """Where a task ran: node IP, hostname, pid, attempt (1 = first try), seconds."""
+    import socket
+
+    import ray
+
+    attempt = None
+    with contextlib.suppress(Exception):  # a private call: the attempt is a nicety, not a need
+        core = ray._private.worker.global_worker.core_worker
+        attempt = int(core.get_current_task_attempt_number()) + 1
+    return {
+        "node_ip": ray.util.get_node_ip_address(),
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "attempt": attempt,
+        "task_s": round(time.perf_counter() - started, 3),
+    }
+
+
+# ---- tasks (plain functions, made Ray tasks by ``_remote``) --------------------------------
+def bench_cell(
+    target: dict[str, Any], config: dict[str, Any], shipped: ShippedBundle | None
+) -> dict:
+    """One BenchTarget measured on this node in a fresh subprocess; returns {row, environment}."""
+    from edgekit.bench import measure
+    from edgekit.envinfo import environment
+
+    started = time.perf_counter()
+    local = BenchTarget(**target)
+    if shipped is not None:
+        local.bundle = local_bundle(shipped)
+    row = measure(local, BenchConfig.from_json(config), isolate=True)
+    return {"row": {**row, "ray": node_facts(started)}, "environment": environment()}
+
+
+def daemon_cell(
+    address: str, shipped: ShippedBundle, runtimes: list[str], config: dict, token: str
+) -> dict[str, Any]:
+    """Deploy the bundle to the daemon at ``address`` unless it serves it already, then run its
+    POST /bench; returns the daemon's report. Raises on any failure (so Ray retries it)."""
+    from edgekit.daemon.client import DaemonClient
+    from edgekit.daemon.remote_bench import ensure_deployed
+
+    started = time.perf_counter()
+    with DaemonClient(address, token=token) as client:
+        name, _ = ensure_deployed(client, local_bundle(shipped))
+        report = client.bench(name, runtimes, config)
+    for row in report["results"]:
+        row.update(device=f"{address}/{row.get('device') or 'cpu'}", source=address)
+        row.update(bundle=shipped.path, ray=node_facts(started))
+    return report
+
+
+def eval_cell(
+    model: str, shipped: ShippedBundle | None, runtime: str | None, threads: int | None
+) -> dict[str, Any]:
+    """``card.evaluate`` of registered ``model`` on the torch reference (``shipped`` None) or
+    on the bundle on ``runtime``: one row {model, target, runtime, status, error, metrics}."""
+    from edgekit.registry import get_card
+
+    started = time.perf_counter()
+    row: dict[str, Any] = {"model": model, "bundle": shipped.path if shipped else None}
+    row.update(target="torch-eager", runtime="torch" if shipped is None else runtime)
+    try:
+        card = get_card(model)
+        if shipped is None:
+            from edgekit.verify import reference_runners
+
+            runners = reference_runners(card)
+        else:
+            from edgekit.bundle import Bundle
+
+            bundle = Bundle.load(local_bundle(shipped))
+            row.update(target=bundle.target, runtime=runtime or bundle.default_runtime())
+            runners = bundle.sessions(runtime=row["runtime"], threads=threads)
+        metrics = card.evaluate(runners)
+        row.update(status="ok", error=None, metrics={k: float(v) for k, v in metrics.items()})
+    except EdgekitError as exc:  # a deterministic refusal: report it, retrying cannot help
+        row.update(status="failed", error=f"{type(exc).__name__}: {exc}", metrics={})
+    return {**row, "seconds": round(time.perf_counter() - started, 3), "ray": node_facts(started)}
+
+
+def lens_seed_cell(seed: int, environments: list[str] | None, test_per_class: int) -> dict:
+    """The Lens benchmark for one simulator seed (``run_lens_bench`` on this node)."""
+    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+
+    config = LensBenchConfig(
+        seeds=(seed,),
+        environments=tuple(environments) if environments else None,
+        test_per_class=test_per_class,
+    )
+    return run_lens_bench(config, progress=False)
+
+
+def _remote(fn: Any, max_retries: int, num_cpus: float) -> Any:
+    ray = require_ray("Ray fan-out")
+    return ray.remote(fn).options(max_retries=max_retries, retry_exceptions=True, num_cpus=num_cpus)
+
+
+def task_error(exc: BaseException, attempts: int) -> str:
+    """ "Ray task failed after N attempt(s): Type: message" from a RayError (its cause if any)."""
+    cause = getattr(exc, "cause", None)
+    inner = cause if isinstance(cause, BaseException) else exc
+    lines = str(inner).strip().splitlines()
+    return (
+        f"Ray task failed after {attempts} attempt(s): {type(inner).__name__}: "
+        f"{lines[0] if lines else ''}"
+    )
+
+
+def gather(
+    refs: Sequence[Any], names: Sequence[str], timeout_s: float, attempts: int, progress: bool
+) -> tuple[list[Any], list[str | None]]:
+    """(values, errors) of ``refs`` in order, under a progress bar; a task that raised after
+    its retries, or is still running after ``timeout_s`` (then cancelled), has an error text."""
+    import ray
+
+    from edgekit.progress import step_progress
+
+    pending = {ref: i for i, ref in enumerate(refs)}
+    values: list[Any] = [None] * len(refs)
+    errors: list[str | None] = [None] * len(refs)
+    deadline = time.monotonic() + timeout_s
+    with step_progress("ray tasks", len(refs), enabled=progress) as step:
+        while pending and time.monotonic() < deadline:
+            wait_s = min(5.0, max(0.0, deadline - time.monotonic()))
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=wait_s)
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    values[i] = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    errors[i] = task_error(exc, attempts)
+                step(names[i])
+    for ref, i in pending.items():
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True)
+        errors[i] = f"timed out: still running after {timeout_s:g} s on the Ray cluster"
+    return values, errors
+
+
+# ---- bench ----------------------------------------------------------------------------------
+def bench_ray(
+    items: Sequence[str],
+    runtimes: Sequence[str] = (),
+    config: BenchConfig | None = None,
+    address: str = LOCAL,
+    devices: Sequence[str] = (),
+    token: str | None = None,
+    max_retries: int = 2,
+    cpus_per_task: float | None = None,
+    ship: bool | None = None,
+    extra_results: Sequence[str | os.PathLike[str]] = (),
+    progress: bool = True,
+    runtime_env: str | Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``edgekit bench ITEMS --ray ADDRESS``: the report (schema edgekit.bench/1) of every target
+    of ``items`` (bundle dirs x ``runtimes``, model names) measured as Ray tasks, plus every
+    bundle on every device daemon in ``devices`` ("local" = the cluster's own rows; with no
+    devices only those). Each row's ``device`` is "<hostname>/<device>" and ``ray`` says where
+    and on which attempt it ran; ``device_environments`` maps each host/daemon to its
+    environment. ``cpus_per_task`` (default: ``config.threads`` or 1) is what each task reserves:
+    reserve a node's cores for uncontended numbers. ``ship`` (default: unless ``local``) sends
+    bundles through the object store."""
+    from edgekit.bench import expand_targets
+    from edgekit.benchtable import load_report, merge_results
+    from edgekit.daemon.client import parse_address, resolve_token
+    from edgekit.envinfo import environment
+
+    require_ray(f"--ray {address}")
+    config = config or BenchConfig()
+    remote = [d for d in devices if d != LOCAL]
+    targets = expand_targets(items, runtimes) if not devices or LOCAL in devices else []
+    bundle_items = [i for i in items if (Path(i) / "bundle.json").is_file()]
+    if remote and len(bundle_items) != len(items):
+        others = sorted(set(items) - set(bundle_items))
+        raise InputError(f"device daemons bench bundle directories, not {others}")
+    for device in remote:
+        parse_address(device)  # InputError for a malformed HOST:PORT, before any work
+    tokens = {device: resolve_token(device, token) for device in remote}
+    ship = address != LOCAL if ship is None else ship
+    cpus = cpus_per_task or float(config.threads or 1)
+    attempts = max_retries + 1
+    started, created = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with ray_cluster(address, runtime_env) as cluster:
+        cluster["connect_s"] = round(time.perf_counter() - started, 3)
+        started = time.perf_counter()
+        shipped = {b: ship_bundle(b, ship) for b in {t.bundle for t in targets if t.bundle}}
+        shipped.update(
+            {b: ship_bundle(b, ship) for b in bundle_items if remote and b not in shipped}
+        )
+        bench_task = _remote(bench_cell, max_retries, cpus)
+        daemon_task = _remote(daemon_cell, max_retries, 0.1)
+        refs = [
+            bench_task.remote(vars(t), config.to_json(), shipped.get(t.bundle or ""))
+            for t in targets
+        ]
+        cells = [(d, b) for d in remote for b in bundle_items]
+        refs += [
+            daemon_task.remote(d, shipped[b], list(runtimes), config.to_json(), tokens[d])
+            for d, b in cells
+        ]
+        names = [t.describe() for t in targets] + [f"{b} on {d}" for d, b in cells]
+        values, errors = gather(refs, names, config.timeout_s * attempts + 120, attempts, progress)
+    rows: list[dict[str, Any]] = []
+    envs: dict[str, Any] = {}
+    split = len(targets)
+    for target, value, error in zip(targets, values[:split], errors[:split], strict=True):
+        if error is not None:
+            rows.append(failure_row(target, config, error))
+            continue
+        row, host = value["row"], value["row"]["ray"]["hostname"]
+        row.update(bundle=target.bundle, label=target.describe())
+        row["device"] = f"{host}/{row.get('device') or config.device}"
+        envs.setdefault(host, value["environment"])
+        rows.append(row)
+    for (device, bundle), value, error in zip(cells, values[split:], errors[split:], strict=True):
+        if error is None:
+            rows += value["results"]
+            envs[device] = value.get("environment")
+            continue
+        failed = BenchTarget(bundle=bundle, label=f"{bundle} on {device}")
+        rows.append({**failure_row(failed, config, error), "device": device, "source": device})
+    report: dict[str, Any] = {"schema": SCHEMA, "created_utc": created}
+    report.update(environment=environment(), config=config.to_json(), results=rows)
+    report["device_environments"] = envs
+    report["ray"] = _ray_facts(cluster, len(refs), rows, started, max_retries, cpus, ship)
+    for path in extra_results:
+        merge_results(report, load_report(path), source=str(path))
+    return report
+
+
+def _ray_facts(
+    cluster: dict[str, Any],
+    tasks: int,
+    rows: list[dict[str, Any]],
+    started: float,
+    retries: int,
+    cpus: float,
+    ship: bool,
+) -> dict[str, Any]:
+    """The report's "ray" facts: cluster, tasks, wall time, rows measured on a retry
+    ("retried") and failed rows."""
+    attempts = [(r.get("ray") or {}).get("attempt") or 1 for r in rows]
+    return {
+        **cluster,
+        "tasks": tasks,
+        "wall_s": round(time.perf_counter() - started, 3),
+        "retried": sum(1 for a in attempts if a > 1),
+        "failed": sum(1 for r in rows if r.get("status") != "ok"),
+        "max_retries": retries,
+        "cpus_per_task": cpus,
+        "shipped_bundles": ship,
+    }
+
+
+# ---- eval -----------------------------------------------------------------------------------
+EVAL_SCHEMA = "edgekit.eval/1"
+
+
+def eval_ray(
+    model: str,
+    bundles: Sequence[str | os.PathLike[str]] = (),
+    runtimes: Sequence[str] = (),
+    address: str = LOCAL,
+    threads: int | None = None,
+    include_torch: bool = True,
+    max_retries: int = 2,
+    cpus_per_task: float | None = None,
+    ship: bool | None = None,
+    progress: bool = True,
+    runtime_env: str | Mapping[str, Any] | None = None,
+    timeout_s: float = 3600.0,
+) -> dict[str, Any]:
+    """``edgekit eval MODEL --ray ADDRESS``: registered ``model``'s task metrics on the torch
+    reference (``include_torch``) and on every bundle x runtime (None = the bundle's default),
+    one Ray task per cell. Returns {"schema": "edgekit.eval/1", model, environment, results:
+    [{model, bundle, target, runtime, status, error, metrics, seconds, ray}], ray}."""
+    from edgekit.envinfo import environment
+    from edgekit.registry import card_class
+
+    require_ray(f"--ray {address}")
+    card_class(model)  # InputError naming the known models
+    for path in bundles:
+        manifest = Path(path) / "bundle.json"
+        try:
+            owner = json.loads(manifest.read_text(encoding="utf-8"))["model"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"{path} is not a readable bundle directory ({exc})") from None
+        if owner != model:
+            raise InputError(f"bundle {path} holds model '{owner}', not '{model}'")
+    cells: list[tuple[str | None, str | None]] = [(None, None)] if include_torch else []
+    cells += [(str(b), r) for b in bundles for r in (list(runtimes) or [None])]
+    if not cells:
+        raise InputError("nothing to evaluate: give bundles or keep the torch reference")
+    ship = address != LOCAL if ship is None else ship
+    cpus = cpus_per_task or float(threads or 1)
+    started, created = time.perf_counter(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with ray_cluster(address, runtime_env) as cluster:
+        cluster["connect_s"] = round(time.perf_counter() - started, 3)
+        started = time.perf_counter()
+        shipped = {b: ship_bundle(b, ship) for b in {b for b, _ in cells if b}}
+        task = _remote(eval_cell, max_retries, cpus)
+        refs = [task.remote(model, shipped.get(b or ""), r, threads) for b, r in cells]
+        names = [f"{b or 'torch'} on {r or 'default runtime'}" for b, r in cells]
+        values, errors = gather(refs, names, timeout_s, max_retries + 1, progress)
+    rows = []
+    for (bundle, runtime), value, error in zip(cells, values, errors, strict=True):
+        if error is None:
+            rows.append(value)
+            continue
+        row = {"model": model, "bundle": bundle, "target": None if bundle else "torch-eager"}
+        row.update(runtime=runtime or (None if bundle else "torch"), metrics={})
+        rows.append({**row, "status": "failed", "error": error})
+    report: dict[str, Any] = {"schema": EVAL_SCHEMA, "created_utc": created, "model": model}
+    report.update(environment=environment(), results=rows)
+    report["ray"] = _ray_facts(cluster, len(refs), rows, started, max_retries, cpus, ship)
+    return report
+
+
+def eval_lens_ray(
+    seeds: int = 3,
+    environments: Sequence[str] | None = None,
+    test_per_class: int = 4,
+    address: str = LOCAL,
+    max_retries: int = 2,
+    progress: bool = True,
+    runtime_env: str | Mapping[str, Any] | None = None,
+    timeout_s: float = 7200.0,
+) -> dict[str, Any]:
+    """``edgekit eval lens --ray ADDRESS``: one Ray task per simulator seed, merged into one
+    ``edgekit.lens-bench/1`` report (runs in seed order; VisiT timings of the first seed's
+    node). A seed that still fails after its retries is listed in ``failed_seeds`` and the
+    notes. Each node builds (trains, exports) the Lens bundles once into its own cache."""
+    from edgekit.lens_bench import BENCH_TARGETS, bench_bundles
+
+    require_ray(f"--ray {address}")
+    if address == LOCAL:  # build once here, so concurrent tasks only read the cache
+        bench_bundles(BENCH_TARGETS)
+    started = time.perf_counter()
+    with ray_cluster(address, runtime_env) as cluster:
+        task = _remote(lens_seed_cell, max_retries, 1.0)
+        envs = list(environments) if environments else None
+        refs = [task.remote(seed, envs, test_per_class) for seed in range(seeds)]
+        names = [f"seed {seed}" for seed in range(seeds)]
+        values, errors = gather(refs, names, timeout_s, max_retries + 1, progress)
+    done = [v for v in values if v is not None]
+    if not done:
+        raise EdgekitError(f"every Lens seed failed on the Ray cluster: {errors[0]}")
+    report = done[0]
+    for name, entry in report["models"].items():
+        entry["runs"] = [run for v in done for run in v["models"][name]["runs"]]
+    report["config"]["seeds"] = [s for s in range(seeds) if errors[s] is None]
+    report["failed_seeds"] = [{"seed": s, "error": e} for s, e in enumerate(errors) if e]
+    report["notes"] = list(report.get("notes") or [])
+    report["notes"] += [f"seed {f['seed']} failed: {f['error']}" for f in report["failed_seeds"]]
+    report["elapsed_s"] = time.perf_counter() - started
+    report["ray"] = {**cluster, "tasks": seeds, "failed": len(report["failed_seeds"])}
+    return report
