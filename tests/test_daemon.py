@@ -223,6 +223,20 @@ def test_score_text_bundle(daemon):
             client.score("photo-cnn", texts=["hello"])
 
 
+def test_score_moderation_bundle(daemon):
+    from edgekit.lens_bench import bench_bundles
+
+    guard = bench_bundles((("bingoguard", "onnx-int8"),))["bingoguard onnx-int8"]
+    texts = ["The capital of France is Paris.", "word " * 400]
+    with daemon.client() as client:
+        client.deploy(guard.path, "bingoguard")
+        out = client.score("bingoguard", texts=texts)
+    assert set(out) >= {"p_unsafe", "unsafe", "topic", "severity", "severity_probs", "truncated"}
+    assert out["p_unsafe"][0] < out["threshold"] and out["unsafe"][0] is False
+    assert out["truncated"] == [False, True]
+    assert all(0 <= lvl <= 4 for lvl in out["severity"]) and out["topic"][1].startswith("S")
+
+
 def test_deploy_model_name_uses_the_device_profile(daemon):
     from typer.testing import CliRunner
 

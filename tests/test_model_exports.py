@@ -21,6 +21,7 @@ COVERAGE: dict[str, list[str]] = {
     "minilm": ["onnx-fp32", "onnx-int8", "openvino-int8"],
     "photo-cnn": ["onnx-fp32", "onnx-int8", "openvino-fp16", "openvino-int8", "torch-fp32"],
     "photo-vit": ["onnx-fp32", "onnx-int8", "openvino-int8"],
+    "bingoguard": ["onnx-int8"],
 }
 
 

@@ -421,6 +421,10 @@ def eval_cmd(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="--ray: write the grid report here")
     ] = None,
+    judge: Annotated[
+        Path | None,
+        typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
+    ] = None,
 ) -> None:
     """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
     With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
@@ -449,6 +453,15 @@ def eval_cmd(
     from edgekit.verify import reference_runners
 
     card = get_card(model)
+    if judge is not None:
+        from edgekit.errors import InputError
+
+        if not hasattr(card, "judge"):
+            raise InputError(f"model '{model}' has no LLM judge to evaluate")
+        metrics = card.evaluate_judge(card.judge(str(judge)))
+        for key, value in metrics.items():
+            _console().print(f"{model} [judge {judge}] {key}: {value:.4f}")
+        return
     if bundle is None:
         runners, label = reference_runners(card), "torch"
     else:

@@ -13,6 +13,7 @@ from edgekit.card import ModelCard
 from edgekit.errors import InputError
 
 BUILTIN_CARDS: dict[str, str] = {
+    "bingoguard": "edgekit.models.bingoguard.card:BingoGuardCard",
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",

@@ -5,9 +5,13 @@ The bundle's ``preprocessing`` names the tokenizer file (``tokenizers`` JSON) an
 length; ``task`` picks the post-processing:
 
 - ``sentence-embedding`` (MiniLM): embeddings, and the cosine similarity of text pairs;
-- any task whose graph outputs ``logits`` with ``labels`` in the manifest: softmax probabilities
-  per label, and the argmax label (scorers such as moderation heads add their own outputs,
-  which are passed through as lists).
+- ``moderation-severity`` (BingoGuard): P(unsafe) from ``safety_logits``, the decision at the
+  bundle's operating threshold, the topic (argmax of ``topic_logits``, named by ``labels``) and
+  the severity level 0-4 (argmax of ``severity_logits``) with its probabilities;
+- any other task: every ``*logits`` output becomes softmax probabilities and an argmax (named
+  by the manifest's ``labels`` for ``logits``); other outputs are passed through as lists.
+
+Texts longer than the bundle's maximum length are cut to it and reported in ``truncated``.
 """
 
 from __future__ import annotations
@@ -53,8 +57,10 @@ class TextScorer:
         self.input_names = [s.name for s in self.session.io()[0]]
 
     def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """{"input_ids", "attention_mask"} (B, L) int64, right-padded with 0 to the longest."""
+        """{"input_ids", "attention_mask"} (B, L) int64, right-padded with 0 to the longest;
+        ``self.truncated`` records which texts were cut to the maximum length."""
         encodings = self.tokenizer.encode_batch(list(texts))
+        self.truncated = [bool(e.overflowing) for e in encodings]
         length = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(encodings), length), dtype=np.int64)
         mask = np.zeros_like(ids)
@@ -94,25 +100,48 @@ class TextScorer:
             emb = self._embeddings(check_texts(texts))
             return {"model": self.bundle.model, "embeddings": emb.round(6).tolist()}
         outputs = self.run(texts)
-        return {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
+        out = {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
+        return {**out, "truncated": self.truncated}
 
     def _embeddings(self, texts: Sequence[str]) -> np.ndarray:
         emb = np.asarray(self.run(texts)["embedding"], dtype=np.float32)  # (B, D)
         return emb / np.clip(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12, None)
 
 
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of (B, K) logits."""
+    z = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def postprocess(outputs: dict[str, np.ndarray], manifest: dict[str, Any]) -> dict[str, Any]:
-    """Softmax over ``logits`` with the manifest's labels; other outputs passed through."""
-    out: dict[str, Any] = {}
+    """JSON-able scores from a text bundle's raw outputs (see the module doc)."""
     labels = list(manifest.get("labels") or [])
+    if manifest.get("task") == "moderation-severity":
+        pre = manifest.get("preprocessing") or {}
+        threshold = float(pre.get("operating_threshold", 0.5))
+        p_unsafe = softmax(np.asarray(outputs["safety_logits"], np.float64))[:, 1]
+        topic = softmax(np.asarray(outputs["topic_logits"], np.float64)).argmax(axis=1)
+        severity = softmax(np.asarray(outputs["severity_logits"], np.float64))
+        return {
+            "p_unsafe": p_unsafe.round(6).tolist(),
+            "unsafe": (p_unsafe >= threshold).tolist(),
+            "threshold": threshold,
+            "topic": [labels[i] if i < len(labels) else int(i) for i in topic],
+            "severity": severity.argmax(axis=1).tolist(),
+            "severity_probs": severity.round(6).tolist(),
+        }
+    out: dict[str, Any] = {}
     for name, value in outputs.items():
         arr = np.asarray(value)
-        if name == "logits" and arr.ndim == 2:
-            z = arr - arr.max(axis=1, keepdims=True)
-            probs = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+        if name.endswith("logits") and arr.ndim == 2:
+            probs = softmax(arr.astype(np.float64))
             top = probs.argmax(axis=1)
-            out["probs"] = probs.round(6).tolist()
-            out["label"] = [labels[i] if i < len(labels) else int(i) for i in top]
+            prefix = name[: -len("logits")]
+            out[f"{prefix}probs"] = probs.round(6).tolist()
+            names = labels if name == "logits" else []
+            out[f"{prefix}label"] = [names[i] if i < len(names) else int(i) for i in top]
         else:
             out[name] = arr.round(6).tolist() if arr.dtype.kind == "f" else arr.tolist()
     return out

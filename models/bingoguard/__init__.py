@@ -1,0 +1,1 @@
+"""BingoGuard (compact): severity-level moderation scorer on MiniLM, plus an LLM judge."""

@@ -1,0 +1,227 @@
+"""bingoguard card: compact BingoGuard severity moderation on MiniLM, plus the LLM judge.
+
+One graph, "scorer": input_ids (B, S) int64 + attention_mask (B, S) int64 ->
+safety_logits (B, 2), topic_logits (B, 11), severity_logits (B, 5) float32.
+P(unsafe) = softmax(safety_logits)[:, 1]; a text is flagged when P(unsafe) >= 0.5.
+Tokenisation runs on the device with the bundled ``tokenizer.json`` (truncation to 128
+tokens); the bundle also ships ``taxonomy.json`` so the device can name topics and levels.
+
+Evaluation uses the hand-written held-out set (165 texts) only. Decision parity
+(``agreement``) adds the generated validation split (texts whose phrasing training never saw)
+for more decisions: flip rate at the operating threshold, FNR at a fixed 5 % FPR and ECE.
+
+Server class: ``judge(path)`` loads a BingoGuard-style LLM judge from local weights and
+``evaluate_judge`` measures it with the same metrics on the same held-out set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.decision_parity import class_flip_rate, decision_parity
+from edgekit.models.bingoguard.data import Example, load_heldout
+from edgekit.models.bingoguard.generate import build_dataset
+from edgekit.models.bingoguard.metrics import task_metrics
+from edgekit.models.bingoguard.net import OUTPUT_NAMES, BingoGuardNet
+from edgekit.models.bingoguard.scoring import GRAPH, Scores, score_texts
+from edgekit.models.bingoguard.taxonomy import TAXONOMY_FILE, load_taxonomy
+from edgekit.models.bingoguard.train import TrainConfig, TrainResult, train_cached
+from edgekit.models.minilm.encoder import MAX_LENGTH, tokenize, tokenizer_path
+
+GOLDEN_TEXTS = (
+    "If you feel unsafe at home, a local support line can help you make a plan.",
+    "The article describes how the scam worked before the police shut it down.",
+    "Honestly, reading your sister's messages behind her back is no big deal.",
+    "Sure, here is everything you need to hurt him and get away with it.",
+)
+
+
+class BingoGuardCard(ModelCard):
+    """MiniLM (frozen, pretrained) + safe/unsafe, topic and severity heads, trained in-repo."""
+
+    name: ClassVar[str] = "bingoguard"
+    tier: ClassVar[str] = "edge"
+    task: ClassVar[str] = "moderation-severity"
+    summary: ClassVar[str] = (
+        "BingoGuard compact: MiniLM + heads for safe/unsafe, 11 topics and severity 0-4, "
+        "trained on generate-then-filter data; LLM judge from local weights"
+    )
+    architecture: ClassVar[str] = "transformer"
+    primary_metric: ClassVar[str | None] = "binary_f1"
+    OPERATING_THRESHOLD: ClassVar[float] = 0.5  # flag a text when P(unsafe) >= this
+    PARITY_FPR: ClassVar[float] = 0.05  # the fixed false-positive rate for FNR parity
+    int8_budget: ClassVar[float] = 0.02
+    int8_mode: ClassVar[str] = "dynamic"
+    calibration_method: ClassVar[str] = "minmax"
+    # No ONNX Runtime transformer fusion and float heads: measured on the 939 parity texts,
+    # dynamic int8 of the fused graph (QAttention, QEmbedLayerNormalization) flipped 0.75-0.96 %
+    # of decisions and moved FNR at 5 % FPR by 2.7-4.6 points; unfused per-channel MatMulInteger
+    # with the three heads kept float flipped 0.53 % and moved FNR by 0.5 points, at the same F1.
+    ort_fusion: ClassVar[dict[str, Any] | None] = None
+    int8_float_nodes: ClassVar[tuple[str, ...]] = (r".*/heads/.*",)
+    tolerances: ClassVar[dict[str, Tolerance]] = {
+        "fp32": Tolerance(atol=1e-3, rtol=1e-3),
+        "fp16": Tolerance(atol=5e-2, rtol=5e-2),
+        "int8": Tolerance(atol=0.6, rtol=0.2),
+    }
+    agreement_floors: ClassVar[dict[str, float]] = {
+        "decision_flip_rate": 0.01,
+        "fnr_shift_rate": 0.03,
+        "calibration_shift_error": 0.02,
+        "severity_flip_rate": 0.05,
+        "topic_flip_rate": 0.03,
+    }
+    eval_batch: ClassVar[int] = 32
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._result: TrainResult | None = None
+        self._model: BingoGuardNet | None = None
+
+    # ---- training --------------------------------------------------------------------------
+    def train_config(self) -> TrainConfig:
+        """The recipe: TrainConfig defaults, overridden by card options of the same name."""
+        fields = TrainConfig.__dataclass_fields__
+        return TrainConfig(**{k: v for k, v in self.options.items() if k in fields})
+
+    def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:
+        """Train (about a minute on 2 CPU cores) or load the cached weights of this recipe."""
+        if self._result is None:
+            show = bool(self.options.get("show_progress", True))
+            self._result = train_cached(self.train_config(), progress, show_progress=show)
+        return self._result
+
+    def model(self) -> BingoGuardNet:
+        """The trained scorer in eval mode (trains on first use when nothing is cached)."""
+        if self._model is None:
+            self._model = self.train().build()
+        return self._model
+
+    # ---- what to build -------------------------------------------------------------------
+    def graphs(self) -> list[GraphSpec]:
+        """One graph "scorer": ids/mask (B, S) int64 -> safety (B, 2), topic (B, 11),
+        severity (B, 5) logits."""
+        feeds = tokenize(list(GOLDEN_TEXTS[:2]), pad_to=MAX_LENGTH)
+        axes = {0: "batch", 1: "sequence"}
+        return [
+            GraphSpec(
+                name=GRAPH,
+                module=self.model(),
+                example_inputs={k: torch.from_numpy(v) for k, v in feeds.items()},
+                output_names=list(OUTPUT_NAMES),
+                dynamic_axes={
+                    "input_ids": axes,
+                    "attention_mask": axes,
+                    **{name: {0: "batch"} for name in OUTPUT_NAMES},
+                },
+            )
+        ]
+
+    # ---- real data ---------------------------------------------------------------------------
+    def golden_inputs(self) -> dict[str, Feeds]:
+        """Four texts from benign to extreme, padded to 128: ids/mask (4, 128) int64."""
+        return {GRAPH: tokenize(list(GOLDEN_TEXTS), pad_to=MAX_LENGTH)}
+
+    def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
+        """Single-text feeds (1, 128) int64 of training texts (never held-out), ``limit`` at most,
+        spread over every topic and level."""
+        train = build_dataset(self.train_config().generator_config()).train
+        stride = max(1, len(train) // max(limit, 1))
+        texts = [e.text for e in train[::stride][:limit]]
+        return {GRAPH: [tokenize([t], pad_to=MAX_LENGTH) for t in texts]}
+
+    def preprocessing(self) -> dict[str, Any]:
+        return {
+            "tokenizer": "tokenizer.json",
+            "library": "tokenizers",
+            "lowercase": True,
+            "special_tokens": "[CLS] text [SEP]",
+            "max_length": MAX_LENGTH,
+            "truncation": f"texts longer than {MAX_LENGTH} tokens are cut and flagged truncated",
+            "padding": "right, id 0, attention_mask 0",
+            "token_type_ids": "zeros, inside the graph",
+            "input_rules": "empty text or invalid UTF-8 is refused with an error",
+            "outputs": {
+                "safety_logits": "[safe, unsafe]; P(unsafe) = softmax(...)[1]",
+                "topic_logits": "argmax -> topic id S1..S11 (taxonomy.json)",
+                "severity_logits": "argmax -> level 0..4 (0 benign .. 4 extreme risk)",
+            },
+            "operating_threshold": self.OPERATING_THRESHOLD,
+            "taxonomy": "taxonomy.json",
+        }
+
+    def assets(self) -> dict[str, str]:
+        return {"tokenizer.json": str(tokenizer_path()), "taxonomy.json": str(TAXONOMY_FILE)}
+
+    def labels(self) -> list[str]:
+        return [f"{t.id} {t.name}" for t in load_taxonomy().topics]
+
+    # ---- measuring -------------------------------------------------------------------------
+    def score(self, runner: Runner, texts: Sequence[str | bytes] | str) -> Scores:
+        """Moderation scores of ``texts`` through ``runner`` (see ``scoring`` for input rules)."""
+        return score_texts(runner, texts, self.eval_batch)
+
+    def parity_examples(self) -> list[Example]:
+        """Held-out texts followed by the generated validation split (decision-parity set)."""
+        validation = build_dataset(self.train_config().generator_config()).validation
+        return [*load_heldout(), *validation]
+
+    def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
+        """Paper metrics on the hand-written held-out set: binary accuracy, precision, recall,
+        F1, FPR, AUPRC (unsafe positive); severity macro-F1, per-level accuracy; topic accuracy."""
+        heldout = list(load_heldout())
+        s = self.score(runners[GRAPH], [e.text for e in heldout])
+        return task_metrics(heldout, s.p_unsafe, s.topic, s.level)
+
+    def agreement(
+        self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
+    ) -> dict[str, float]:
+        """Decision parity on held-out + validation texts: flips at the operating threshold,
+        FNR at ``PARITY_FPR`` for both sides, ECE for both sides, topic and severity flips."""
+        examples = self.parity_examples()
+        texts = [e.text for e in examples]
+        ref = self.score(reference[GRAPH], texts)
+        cand = self.score(candidate[GRAPH], texts)
+        labels = np.array([e.unsafe for e in examples])
+        out = decision_parity(
+            ref.p_unsafe, cand.p_unsafe, labels, self.OPERATING_THRESHOLD, self.PARITY_FPR
+        )
+        out["severity_flip_rate"] = class_flip_rate(ref.severity_logits, cand.severity_logits)
+        out["topic_flip_rate"] = class_flip_rate(ref.topic_logits, cand.topic_logits)
+        out["parity_texts"] = float(len(texts))
+        return out
+
+    # ---- server class: the LLM judge ---------------------------------------------------------
+    def judge(self, path: str | None = None, **kwargs: Any) -> Any:
+        """A BingoGuardJudge from local weights at ``path`` (default: option ``judge_path``)."""
+        from edgekit.errors import InputError
+        from edgekit.models.bingoguard.judge import BingoGuardJudge
+
+        path = path or self.options.get("judge_path")
+        if not path:
+            raise InputError(
+                "the BingoGuard judge needs local weights: pass a folder path "
+                "(or the card option judge_path)"
+            )
+        return BingoGuardJudge.from_pretrained(path, **kwargs)
+
+    def evaluate_judge(
+        self, judge: Any, examples: Sequence[Example] | None = None
+    ) -> dict[str, float]:
+        """The same held-out metrics for an LLM judge; an unparsable "#level" answer counts as
+        level 0 and is reported in ``severity_unparsed_rate``."""
+        examples = list(examples if examples is not None else load_heldout())
+        texts = [e.text for e in examples]
+        topics = [load_taxonomy().topics[e.topic].id for e in examples]
+        p_unsafe = judge.p_unsafe(texts)
+        parsed = [lv for lv, _ in judge.severity(texts, topics)]
+        levels = np.array([0 if lv is None else lv for lv in parsed])
+        out = task_metrics(examples, p_unsafe, np.array([e.topic for e in examples]), levels)
+        out.pop("topic_accuracy")  # the judge is given the topic, so it is not measured
+        out["severity_unparsed_rate"] = float(np.mean([lv is None for lv in parsed]))
+        return out

@@ -1,0 +1,84 @@
+"""Labelled texts for the BingoGuard scorer and the hand-written held-out test set.
+
+``heldout.tsv`` was written by hand for this repository (3 texts per topic x level, 165 in all,
+mild wording, no operational detail). It is only ever used to measure: never for training, the
+generator's filter or threshold choices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from edgekit.models.bingoguard.taxonomy import check_level, load_taxonomy
+
+HELDOUT_FILE = Path(__file__).with_name("heldout.tsv")
+HELDOUT_COLUMNS = ("id", "topic", "level", "text")
+
+
+NO_TOPIC = -100  # everyday benign text: no harm topic (ignored by the topic loss)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled text: topic index 0-10 (S1..S11) or NO_TOPIC, severity level 0-4."""
+
+    text: str
+    topic: int
+    level: int
+
+    @property
+    def unsafe(self) -> int:
+        """Binary label: 1 when level >= 1."""
+        return int(self.level >= 1)
+
+
+@lru_cache(maxsize=2)
+def load_heldout(path: str | None = None) -> tuple[Example, ...]:
+    """The held-out examples of the TSV at ``path`` (default: the shipped file).
+
+    ``#`` lines are comments; the header must be ``id topic level text``. Raises ValueError
+    naming the line for a malformed row (column count, unknown topic, level outside 0-4,
+    empty text, repeated id).
+    """
+    file = Path(path) if path else HELDOUT_FILE
+    taxonomy = load_taxonomy()
+    examples: list[Example] = []
+    ids: set[str] = set()
+    header_seen = False
+    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        cols = line.split("\t")
+        if not header_seen:
+            if tuple(cols) != HELDOUT_COLUMNS:
+                raise ValueError(f"{file}:{lineno}: header must be {HELDOUT_COLUMNS}, got {cols}")
+            header_seen = True
+            continue
+        if len(cols) != len(HELDOUT_COLUMNS):
+            raise ValueError(f"{file}:{lineno}: expected 4 columns, got {len(cols)}")
+        row_id, topic, level, text = cols
+        try:
+            example = Example(text.strip(), taxonomy.topic_index(topic), check_level(int(level)))
+        except ValueError as exc:
+            raise ValueError(f"{file}:{lineno}: {exc}") from exc
+        if not example.text or row_id in ids:
+            raise ValueError(f"{file}:{lineno}: empty text or repeated id {row_id!r}")
+        ids.add(row_id)
+        examples.append(example)
+    return tuple(examples)
+
+
+def everyday_examples() -> tuple[tuple[Example, ...], tuple[Example, ...]]:
+    """Benign everyday sentences with no harm topic (level 0, NO_TOPIC): MiniLM's shipped STS
+    sentences, split 80/20 (every fifth held back) into (train, check). Without them the
+    scorer only ever sees benign text *about* a harm topic and flags ordinary text."""
+    from edgekit.models.minilm.data import unique_sentences
+
+    sentences = sorted(unique_sentences())
+    examples = [Example(s, NO_TOPIC, 0) for s in sentences]
+    return (
+        tuple(e for i, e in enumerate(examples) if i % 5),
+        tuple(e for i, e in enumerate(examples) if not i % 5),
+    )
