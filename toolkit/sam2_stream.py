@@ -1,0 +1,655 @@
+"""Streaming SAM 2 segmentation over live frames, with a bounded memory bank (a pipeline).
+
+``SAM2Stream`` runs over a *graph set*: graph name -> callable ``feeds -> outputs`` on numpy
+arrays, the graphs of the contract in ``edgekit.sam2_graphs`` (a torch model wrapped by
+``edgekit.models.sam2.torch_graph_set``, or runtime sessions from ``graph_set_from_files``).
+The predictor itself is numpy only.
+
+Per object the memory bank holds its conditioning (prompted) frames (at most
+``max_cond_frames``), the ``num_maskmem - 1`` most recent tracked frames and the object pointers
+of the last ``max_obj_ptrs - 1`` frames: per-frame cost and memory stay flat however long the
+stream runs. Memory features are stored rounded to bfloat16 by default (half the bytes; SAM 2's
+own video predictor stores them so too).
+
+    stream = SAM2Stream(graphs, StreamConfig(image_size=1024))
+    first = stream.start(frame0, {1: Prompt(points=[[320, 240]], labels=[1])})
+    for frame in camera:
+        result = stream.track(frame)      # result.masks[1]: (H, W) bool
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgekit import sam2_graphs as G
+from edgekit.errors import InputError
+
+GraphFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Predictor settings; the defaults are SAM 2.1's (``max_obj_ptrs`` 16 for a live stream)."""
+
+    image_size: int = 1024
+    num_maskmem: int = 7
+    max_obj_ptrs: int = 16
+    max_cond_frames: int = 4
+    memory_dtype: str = "bfloat16"  # "bfloat16" | "float32": how memory features are kept
+    multimask_max_points: int = 1  # up to this many points: best of the 3 multimask outputs
+    stability_delta: float = 0.05
+    stability_thresh: float = 0.98
+    corrections_as_conditioning: bool = False  # a corrected frame joins the conditioning frames
+
+    def __post_init__(self) -> None:
+        if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
+            raise InputError(
+                f"bad StreamConfig {self}: image_size >= 32, num_maskmem >= 1, max_obj_ptrs >= 2"
+            )
+        if self.max_cond_frames < 1 or self.memory_dtype not in ("bfloat16", "float32"):
+            raise InputError(
+                f"bad StreamConfig {self}: max_cond_frames >= 1, memory_dtype bfloat16 | float32"
+            )
+
+
+@dataclass
+class Prompt:
+    """One object's prompt in frame pixels: points (N, 2) (x, y) with labels (N,) 1 = positive,
+    0 = negative, and/or a box (x0, y0, x1, y1); or a mask (H, W) at frame resolution alone."""
+
+    points: Any = None
+    labels: Any = None
+    box: Any = None
+    mask: Any = None
+
+
+@dataclass
+class FrameResult:
+    """Per object id: ``masks`` (H, W) bool at frame resolution, ``object_scores`` (> 0: the
+    object is visible; its mask is empty otherwise) and ``low_res_logits`` (4h, 4w) float32."""
+
+    frame_index: int
+    masks: dict[int, np.ndarray]
+    object_scores: dict[int, float]
+    low_res_logits: dict[int, np.ndarray]
+
+
+@dataclass
+class _Memory:
+    frame: int
+    feats: np.ndarray  # (Cm, hm, wm): uint16 bfloat16 bits or float32
+    ptr: np.ndarray  # (C,)
+
+
+@dataclass
+class _Object:
+    obj_id: int
+    cond: OrderedDict[int, _Memory]
+    recent: deque[_Memory]
+    ptrs: deque[tuple[int, np.ndarray]]
+    low: np.ndarray | None = None  # current frame's chosen low-res logits
+    score: float = 0.0
+    pix_feat: np.ndarray | None = None  # current frame's memory-conditioned features
+    last_frame: int = -1
+
+
+@dataclass
+class _Parsed:
+    coords: np.ndarray | None = None  # (1, N, 2) model-input pixels
+    labels: np.ndarray | None = None  # (1, N) int64
+    mask: np.ndarray | None = None  # (S, S) float32 in {0, 1}
+
+
+class SAM2Stream:
+    """SAM 2 video object segmentation on a live stream of (H, W, 3) uint8 RGB frames."""
+
+    def __init__(self, graphs: Mapping[str, GraphFn], config: StreamConfig | None = None) -> None:
+        G.check_graph_set(graphs)
+        self.graphs = dict(graphs)
+        self.config = config or StreamConfig()
+        self.timings: dict[str, float] = {}  # seconds per graph on the last frame (or prompt)
+        self._reset()
+
+    # ---- public API ----------------------------------------------------------------------------
+    @property
+    def object_ids(self) -> list[int]:
+        return list(self._objects)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of the last frame given to start / track (-1 before start)."""
+        return self._frame_index
+
+    def start(
+        self, frame: np.ndarray, prompts: Mapping[int, Prompt | Mapping[str, Any]]
+    ) -> FrameResult:
+        """Begin a stream on ``frame`` with one prompt per object id; forget any previous one."""
+        hw = _check_frame(frame)
+        if not isinstance(prompts, Mapping) or not prompts:
+            raise InputError("start needs prompts: a non-empty mapping object id -> Prompt")
+        parsed = {self._check_id(k): self._parse(p, hw) for k, p in prompts.items()}
+        self._reset()
+        self._begin_frame(frame, hw)
+        for obj_id, prompt in parsed.items():
+            self._objects[obj_id] = self._new_object(obj_id)
+            self._apply_prompt(self._objects[obj_id], prompt, initial=True)
+        return self._result()
+
+    def track(self, frame: np.ndarray) -> FrameResult:
+        """Segment every object on the next ``frame`` and add the frame to their memory."""
+        if self._enc is None:
+            raise InputError("track called before start: give the first frame and prompts first")
+        hw = _check_frame(frame)
+        self._begin_frame(frame, hw)
+        t = self._frame_index
+        for obj in self._objects.values():
+            obj.pix_feat = self._condition(obj, t)
+            low, score, ptr = self._decode(obj.pix_feat, None, None, multimask=True)
+            self._remember(obj, low, score, ptr, binarize=False, conditioning=False)
+        return self._result()
+
+    def add_object(
+        self, obj_id: int, prompt: Prompt | Mapping[str, Any] | None = None, **fields: Any
+    ) -> FrameResult:
+        """Start tracking a new object from a prompt on the current frame."""
+        if self._enc is None:
+            raise InputError("add_object called before start")
+        obj_id = self._check_id(obj_id)
+        if obj_id in self._objects:
+            raise InputError(f"object id {obj_id} is already tracked; use add_prompt to correct it")
+        parsed = self._parse(prompt if prompt is not None else fields, self._hw)
+        obj = self._new_object(obj_id)
+        self._apply_prompt(obj, parsed, initial=True)
+        self._objects[obj_id] = obj
+        return self._result()
+
+    def add_prompt(
+        self, obj_id: int, prompt: Prompt | Mapping[str, Any] | None = None, **fields: Any
+    ) -> FrameResult:
+        """Correct a tracked object on the current frame with new points / box / mask.
+
+        Points refine the current mask (its logits are fed back as a mask prompt); the result
+        replaces the frame's memory entry for the object.
+        """
+        if self._enc is None:
+            raise InputError("add_prompt called before start")
+        if obj_id not in self._objects:
+            raise InputError(f"unknown object id {obj_id!r}; tracked ids: {self.object_ids}")
+        parsed = self._parse(prompt if prompt is not None else fields, self._hw)
+        obj = self._objects[obj_id]
+        self._apply_prompt(obj, parsed, initial=self._frame_index in obj.cond)
+        return self._result()
+
+    def remove_object(self, obj_id: int) -> None:
+        """Stop tracking ``obj_id`` and drop its memory."""
+        if obj_id not in self._objects:
+            raise InputError(f"unknown object id {obj_id!r}; tracked ids: {self.object_ids}")
+        del self._objects[obj_id]
+
+    def memory_stats(self) -> dict[int, dict[str, int]]:
+        """Per object: conditioning frames, recent frames, object pointers and bytes held."""
+        stats = {}
+        for obj_id, obj in self._objects.items():
+            mems = [*obj.cond.values(), *obj.recent]
+            nbytes = sum(m.feats.nbytes + m.ptr.nbytes for m in mems)
+            nbytes += sum(p.nbytes for _, p in obj.ptrs)
+            stats[obj_id] = {
+                "cond_frames": len(obj.cond),
+                "recent_frames": len(obj.recent),
+                "pointers": len(obj.cond) + len(obj.ptrs),
+                "bytes": nbytes,
+            }
+        return stats
+
+    # ---- frames and prompts --------------------------------------------------------------------
+    def _reset(self) -> None:
+        self._objects: OrderedDict[int, _Object] = OrderedDict()
+        self._enc: dict[str, np.ndarray] | None = None
+        self._hw = (0, 0)
+        self._frame_index = -1
+        self._mem_pos: np.ndarray | None = None
+
+    def _begin_frame(self, frame: np.ndarray, hw: tuple[int, int]) -> None:
+        s = self.config.image_size
+        image = frame.astype(np.float32) / np.float32(255.0)
+        image = resize_bilinear(np.moveaxis(image, -1, 0), (s, s), antialias=True)
+        self.timings = {}
+        self._enc = dict(self._run(G.IMAGE_ENCODER, {"image": np.ascontiguousarray(image[None])}))
+        self._hw = hw
+        self._frame_index += 1
+
+    def _check_id(self, obj_id: Any) -> int:
+        if isinstance(obj_id, bool) or not isinstance(obj_id, (int, np.integer)):
+            raise InputError(f"object ids must be integers, got {obj_id!r}")
+        return int(obj_id)
+
+    def _new_object(self, obj_id: int) -> _Object:
+        cfg = self.config
+        return _Object(
+            obj_id,
+            OrderedDict(),
+            deque(maxlen=max(cfg.num_maskmem - 1, 1)),
+            deque(maxlen=cfg.max_obj_ptrs - 1),
+        )
+
+    def _parse(self, prompt: Prompt | Mapping[str, Any], hw: tuple[int, int]) -> _Parsed:
+        if isinstance(prompt, Mapping):
+            unknown = set(prompt) - {"points", "labels", "box", "mask"}
+            if unknown:
+                raise InputError(
+                    f"unknown prompt fields {sorted(unknown)}; use points, labels, box, mask"
+                )
+            prompt = Prompt(**prompt)
+        if not isinstance(prompt, Prompt):
+            raise InputError(f"a prompt must be a Prompt or a dict, got {type(prompt).__name__}")
+        return _parse_prompt(prompt, hw, self.config.image_size)
+
+    # ---- one object on the current frame ------------------------------------------------------
+    def _apply_prompt(self, obj: _Object, prompt: _Parsed, initial: bool) -> None:
+        enc = self._enc
+        if prompt.mask is not None:
+            if G.MASK_PROMPT not in self.graphs:
+                raise InputError(f"mask prompts need the '{G.MASK_PROMPT}' graph in the graph set")
+            s4 = self.config.image_size // 4
+            logits = prompt.mask * np.float32(20.0) - np.float32(10.0)
+            low = resize_bilinear(logits, (s4, s4), antialias=True)
+            mask_input = self._run(G.MASK_PROMPT, {"mask": prompt.mask[None, None]})["mask_input"]
+            _, _, ptr = self._decode(enc["image_embed"], None, None, False, mask_input, raw=True)
+            as_cond = initial or self.config.corrections_as_conditioning
+            self._remember(obj, low, 10.0, ptr, binarize=True, conditioning=as_cond)
+            return
+        if initial:
+            pix = enc["image_embed_nomem"]
+        else:
+            pix = (
+                obj.pix_feat
+                if obj.pix_feat is not None
+                else self._condition(obj, self._frame_index)
+            )
+        prev = None
+        if obj.low is not None and obj.last_frame == self._frame_index:
+            prev = np.clip(obj.low, -G.PROMPT_LOGIT_CLAMP, G.PROMPT_LOGIT_CLAMP)[None, None]
+        n_points = prompt.labels.shape[1]
+        multimask = n_points <= self.config.multimask_max_points
+        low, score, ptr = self._decode(pix, prompt.coords, prompt.labels, multimask, prev)
+        as_cond = initial or self.config.corrections_as_conditioning
+        self._remember(obj, low, score, ptr, binarize=True, conditioning=as_cond)
+
+    def _condition(self, obj: _Object, t: int) -> np.ndarray:
+        """Memory attention for ``obj`` on frame ``t`` (memory from frames before t)."""
+        cfg = self.config
+        mems, idx = [], []
+        for m in obj.cond.values():
+            if m.frame < t:
+                mems.append(m)
+                idx.append(cfg.num_maskmem - 1)
+        for m in sorted(obj.recent, key=lambda m: m.frame):
+            t_rel = t - m.frame
+            if 1 <= t_rel <= cfg.num_maskmem - 1:
+                mems.append(m)
+                idx.append(t_rel - 1)
+        ptrs, dists = [], []
+        for m in obj.cond.values():
+            if m.frame <= t:
+                ptrs.append(m.ptr)
+                dists.append(t - m.frame)
+        for frame, ptr in sorted(obj.ptrs, key=lambda p: -p[0]):
+            if 1 <= t - frame <= cfg.max_obj_ptrs - 1:
+                ptrs.append(ptr)
+                dists.append(t - frame)
+        if not mems or self._mem_pos is None:
+            raise InputError(f"object {obj.obj_id} has no memory before frame {t}")
+        feeds = {
+            "image_embed": self._enc["image_embed"],
+            "image_pos": self._enc["image_pos"],
+            "mem_feats": np.stack([self._load(m.feats) for m in mems]),
+            "mem_pos": np.repeat(self._mem_pos, len(mems), axis=0),
+            "mem_tpos_idx": np.asarray(idx, dtype=np.int64),
+            "obj_ptrs": np.stack(ptrs).astype(np.float32),
+            "obj_ptr_tpos": np.asarray(dists, np.float32) / np.float32(cfg.max_obj_ptrs - 1),
+        }
+        return self._run(G.MEMORY_ATTENTION, feeds)["pix_feat"]
+
+    def _decode(
+        self,
+        pix: np.ndarray,
+        coords: np.ndarray | None,
+        labels: np.ndarray | None,
+        multimask: bool,
+        mask_input: np.ndarray | None = None,
+        raw: bool = False,
+    ) -> tuple[np.ndarray, float, np.ndarray]:
+        """Run the decoder, choose a mask -> (low-res logits (4h, 4w), score, pointer (C,))."""
+        enc = self._enc
+        s4 = enc["feat_s0"].shape[-1]
+        if coords is None:
+            coords = np.zeros((1, 1, 2), np.float32)
+            labels = np.full((1, 1), G.LABEL_PADDING, np.int64)
+        feeds = {
+            "pix_feat": pix,
+            "feat_s0": enc["feat_s0"],
+            "feat_s1": enc["feat_s1"],
+            "point_coords": coords,
+            "point_labels": labels,
+            "mask_input": np.zeros((1, 1, s4, s4), np.float32)
+            if mask_input is None
+            else mask_input,
+            "has_mask_input": np.array([0.0 if mask_input is None else 1.0], np.float32),
+        }
+        out = self._run(G.MASK_DECODER, feeds)
+        masks, iou = out["low_res_masks"][0], out["iou_pred"][0]
+        ptrs, score = out["obj_ptrs"][0], float(out["object_score_logits"].reshape(-1)[0])
+        best = 1 + int(np.argmax(iou[1:]))
+        if multimask:
+            choice, ptr = best, ptrs[best]
+        else:
+            choice, ptr = (0 if self._stable(masks[0]) else best), ptrs[0]
+        low = masks[choice].astype(np.float32)
+        if score <= 0 and not raw:
+            low = np.full_like(low, G.NO_OBJECT_LOGIT)
+        return low, score, np.array(ptr, np.float32)
+
+    def _stable(self, logits: np.ndarray) -> bool:
+        delta = self.config.stability_delta
+        union = np.count_nonzero(logits > -delta)
+        if union == 0:
+            return True
+        return np.count_nonzero(logits > delta) / union >= self.config.stability_thresh
+
+    def _remember(
+        self,
+        obj: _Object,
+        low: np.ndarray,
+        score: float,
+        ptr: np.ndarray,
+        binarize: bool,
+        conditioning: bool,
+    ) -> None:
+        """Encode the frame's memory for ``obj`` and store it (replacing this frame's entry)."""
+        t = self._frame_index
+        feeds = {
+            "image_embed": self._enc["image_embed"],
+            "mask_logits": low[None, None],
+            "binarize": np.array([1.0 if binarize else 0.0], np.float32),
+            "object_score_logits": np.array([[score]], np.float32),
+        }
+        out = self._run(G.MEMORY_ENCODER, feeds)
+        if self._mem_pos is None:
+            self._mem_pos = np.array(out["mem_pos"], np.float32)
+        memory = _Memory(t, self._store(out["mem_feats"][0]), ptr)
+        _drop_frame(obj, t)
+        if conditioning:
+            obj.cond[t] = memory
+            while len(obj.cond) > self.config.max_cond_frames:
+                obj.cond.popitem(last=False)
+        else:
+            obj.recent.append(memory)
+            obj.ptrs.append((t, ptr))
+        obj.low, obj.score, obj.last_frame = low, score, t
+
+    def _store(self, feats: np.ndarray) -> np.ndarray:
+        if self.config.memory_dtype == "float32":
+            return np.array(feats, np.float32)
+        return to_bfloat16_bits(feats)
+
+    def _load(self, feats: np.ndarray) -> np.ndarray:
+        return from_bfloat16_bits(feats) if feats.dtype == np.uint16 else feats
+
+    def _run(self, graph: str, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        start = time.perf_counter()
+        out = self.graphs[graph](feeds)
+        self.timings[graph] = self.timings.get(graph, 0.0) + time.perf_counter() - start
+        return out
+
+    def _result(self) -> FrameResult:
+        h, w = self._hw
+        masks, scores, logits = {}, {}, {}
+        for obj_id, obj in self._objects.items():
+            if obj.score > 0:
+                masks[obj_id] = resize_bilinear(obj.low, (h, w), antialias=False) > 0
+            else:
+                masks[obj_id] = np.zeros((h, w), bool)
+            scores[obj_id] = obj.score
+            logits[obj_id] = obj.low.copy()
+        return FrameResult(self._frame_index, masks, scores, logits)
+
+
+def _drop_frame(obj: _Object, t: int) -> None:
+    """Remove any memory of frame ``t`` (a correction replaces it)."""
+    obj.cond.pop(t, None)
+    for m in [m for m in obj.recent if m.frame == t]:
+        obj.recent.remove(m)
+    for p in [p for p in obj.ptrs if p[0] == t]:
+        obj.ptrs.remove(p)
+
+
+# ---- input checks -----------------------------------------------------------------------------
+def _check_frame(frame: Any) -> tuple[int, int]:
+    if not isinstance(frame, np.ndarray):
+        raise InputError(
+            f"a frame must be a numpy array (H, W, 3) uint8 RGB, got {type(frame).__name__}"
+        )
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.shape[0] < 2 or frame.shape[1] < 2:
+        raise InputError(f"a frame must have shape (H, W, 3) RGB, got {frame.shape}")
+    if frame.dtype != np.uint8:
+        raise InputError(f"a frame must be uint8 RGB (0..255), got dtype {frame.dtype}")
+    return int(frame.shape[0]), int(frame.shape[1])
+
+
+def _parse_prompt(prompt: Prompt, hw: tuple[int, int], image_size: int) -> _Parsed:
+    h, w = hw
+    if prompt.mask is not None:
+        if prompt.points is not None or prompt.box is not None:
+            raise InputError("a mask prompt cannot be combined with points or a box")
+        mask = np.asarray(prompt.mask)
+        if mask.shape != (h, w):
+            raise InputError(
+                f"a mask prompt must be (H, W) = {(h, w)} like the frame, got {mask.shape}"
+            )
+        if not np.any(mask):
+            raise InputError("the mask prompt is empty: it must mark at least one pixel")
+        mask = (mask != 0).astype(np.float32)
+        if (h, w) != (image_size, image_size):
+            mask = resize_bilinear(mask, (image_size, image_size), antialias=True)
+            mask = (mask >= 0.5).astype(np.float32)
+        return _Parsed(mask=mask)
+    coords, labels = [], []
+    if prompt.box is not None:
+        box = np.asarray(prompt.box, np.float32).reshape(-1)
+        if box.shape != (4,) or box[0] > box[2] or box[1] > box[3]:
+            raise InputError(
+                f"a box must be (x0, y0, x1, y1) with x0 <= x1, y0 <= y1, got {prompt.box}"
+            )
+        _check_inside(box.reshape(2, 2), hw, "box corner")
+        coords.append(box.reshape(2, 2))
+        labels += [G.LABEL_BOX_TOP_LEFT, G.LABEL_BOX_BOTTOM_RIGHT]
+    if (prompt.points is None) != (prompt.labels is None):
+        raise InputError("points and labels must be given together")
+    if prompt.points is not None:
+        points = np.asarray(prompt.points, np.float32)
+        lab = np.asarray(prompt.labels).reshape(-1)
+        if points.ndim != 2 or points.shape[1] != 2 or points.shape[0] == 0:
+            raise InputError(f"points must be (N, 2) (x, y) with N >= 1, got shape {points.shape}")
+        if lab.shape[0] != points.shape[0] or not np.isin(lab, (0, 1)).all():
+            raise InputError(
+                f"labels must be N = {points.shape[0]} values of 1 (positive) or 0, got {prompt.labels}"
+            )
+        _check_inside(points, hw, "point")
+        coords.append(points)
+        labels += [int(v) for v in lab]
+    if not coords:
+        raise InputError("an empty prompt: give points with labels, a box, or a mask")
+    xy = np.concatenate(coords, axis=0)
+    xy = xy / np.array([w, h], np.float32) * np.float32(image_size)
+    return _Parsed(coords=xy[None].astype(np.float32), labels=np.asarray([labels], np.int64))
+
+
+def _check_inside(points: np.ndarray, hw: tuple[int, int], what: str) -> None:
+    h, w = hw
+    bad = (points[:, 0] < 0) | (points[:, 0] > w) | (points[:, 1] < 0) | (points[:, 1] > h)
+    if np.any(bad) or not np.isfinite(points).all():
+        first = points[np.argmax(bad)] if np.any(bad) else points[0]
+        raise InputError(f"{what} ({first[0]:g}, {first[1]:g}) is outside the {w}x{h} frame")
+
+
+# ---- numpy helpers ----------------------------------------------------------------------------
+def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> uint16 bfloat16 bits, rounding to nearest even (as torch's .to(bfloat16))."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+
+
+def from_bfloat16_bits(bits: np.ndarray) -> np.ndarray:
+    """uint16 bfloat16 bits -> float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@lru_cache(maxsize=64)
+def _taps(n_in: int, n_out: int, antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices and weights (n_out, K) of 1D linear resampling, align_corners=False.
+
+    Without antialias: the two neighbours of (i + 0.5) * scale - 0.5 (clamped at 0). With it:
+    a triangle filter stretched by the scale when shrinking, normalised per output.
+    """
+    scale = np.float32(n_in) / np.float32(n_out)
+    i = np.arange(n_out, dtype=np.float32)
+    if not antialias:
+        src = np.maximum(scale * (i + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        i0 = src.astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        l1 = src - i0.astype(np.float32)
+        return np.stack([i0, i1], 1), np.stack([np.float32(1) - l1, l1], 1)
+    support = scale if scale >= 1 else np.float32(1.0)
+    invscale = np.float32(1) / scale if scale >= 1 else np.float32(1.0)
+    center = scale * (i + np.float32(0.5))
+    xmin = np.maximum(np.trunc(center - support + np.float32(0.5)).astype(np.int64), 0)
+    xmax = np.minimum(np.trunc(center + support + np.float32(0.5)).astype(np.int64), n_in)
+    k = int((xmax - xmin).max())
+    j = np.arange(k)
+    x = (j[None, :] + xmin[:, None] - center[:, None] + np.float32(0.5)) * invscale
+    weights = np.maximum(np.float32(0), np.float32(1) - np.abs(x)).astype(np.float32)
+    weights[j[None, :] >= (xmax - xmin)[:, None]] = 0
+    weights /= weights.sum(1, keepdims=True)
+    return np.minimum(xmin[:, None] + j[None, :], n_in - 1), weights.astype(np.float32)
+
+
+def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = False) -> np.ndarray:
+    """Resize the last two axes of ``x`` to ``size`` like torch's F.interpolate(mode="bilinear",
+    align_corners=False, antialias=...); float32 in and out."""
+    h, w = x.shape[-2:]
+    oh, ow = size
+    x = np.asarray(x, np.float32)
+    if (h, w) == (oh, ow):
+        return x
+    idx, wts = _taps(w, ow, antialias)
+    y = sum(x[..., idx[:, k]] * wts[:, k] for k in range(idx.shape[1]))
+    idx, wts = _taps(h, oh, antialias)
+    return sum(y[..., idx[:, k], :] * wts[:, k, None] for k in range(idx.shape[1]))
+
+
+@dataclass
+class RolloutParity:
+    """A candidate graph set against a reference over one clip, frame by frame.
+
+    ``ious``: per object id, the mask IoU on each frame (1.0 when both masks are empty);
+    ``drift``: per frame, the largest |low-res logit difference| over the objects;
+    ``reference_area``: per object id, the reference mask's area fraction on each frame (a
+    comparison of empty or full masks proves little).
+    """
+
+    ious: dict[int, list[float]]
+    drift: list[float]
+    reference_area: dict[int, list[float]]
+
+    @property
+    def min_iou(self) -> float:
+        return min(min(v) for v in self.ious.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"min_iou": self.min_iou, "max_drift": max(self.drift), **vars(self)}
+
+
+def rollout_parity(
+    reference: Mapping[str, GraphFn],
+    candidate: Mapping[str, GraphFn],
+    frames: list[np.ndarray],
+    prompts: Mapping[int, Prompt | Mapping[str, Any]],
+    config: StreamConfig | None = None,
+) -> RolloutParity:
+    """Stream ``frames`` (prompts on the first) through both graph sets and compare them."""
+    if not frames:
+        raise InputError("rollout_parity needs at least one frame")
+    runs = []
+    for graphs in (reference, candidate):
+        stream = SAM2Stream(graphs, config)
+        runs.append([stream.start(frames[0], prompts)] + [stream.track(f) for f in frames[1:]])
+    ious: dict[int, list[float]] = {obj: [] for obj in runs[0][0].masks}
+    area: dict[int, list[float]] = {obj: [] for obj in ious}
+    drift = []
+    for ref, got in zip(*runs, strict=True):
+        diffs = [0.0]
+        for obj, values in ious.items():
+            a, b = ref.masks[obj], got.masks[obj]
+            union = np.count_nonzero(a | b)
+            values.append(1.0 if union == 0 else np.count_nonzero(a & b) / union)
+            area[obj].append(float(a.mean()))
+            diffs.append(float(np.abs(ref.low_res_logits[obj] - got.low_res_logits[obj]).max()))
+        drift.append(max(diffs))
+    return RolloutParity(ious, drift, area)
+
+
+def graph_set_from_files(
+    files: Mapping[str, str | Path], runtime: str = "onnxruntime", threads: int | None = None
+) -> dict[str, GraphFn]:
+    """A graph set from exported graph files (graph name -> path) run by an edgekit runtime."""
+    from edgekit.runtimes import RuntimeOptions, get_runtime
+
+    backend = get_runtime(runtime)
+    options = RuntimeOptions(threads=threads)
+    graphs = {
+        name: _contract_names(name, backend.load(Path(path), "cpu", options))
+        for name, path in files.items()
+    }
+    G.check_graph_set(graphs)
+    return graphs
+
+
+def _contract_names(graph: str, session: Any) -> GraphFn:
+    """``session.run``, its outputs keyed by the contract's names.
+
+    OpenVINO folds an output that is a constant (``image_pos``, ``mem_pos``) into an internal
+    tensor and may report that tensor's name instead; outputs keep the exported order, so they
+    are matched by position when the names differ but the count agrees.
+    """
+    want = G.output_names(graph) if graph in G.GRAPH_NAMES else []
+    got = [spec.name for spec in session.outputs]
+    if not want or got == want:
+        return session.run
+    if len(got) != len(want):
+        raise InputError(f"graph '{graph}' has outputs {got}; the contract expects {want}")
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = session.run(feeds)
+        return {name: out[old] for name, old in zip(want, got, strict=True)}
+
+    return run
+
+
+__all__ = [
+    "FrameResult",
+    "Prompt",
+    "RolloutParity",
+    "SAM2Stream",
+    "StreamConfig",
+    "graph_set_from_files",
+    "resize_bilinear",
+    "rollout_parity",
+]
