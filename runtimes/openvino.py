@@ -33,8 +33,17 @@ def ov_dtype_name(element_type: ov.Type) -> str:
 
 
 def spec_from_port(port: Any, index: int, kind: str) -> TensorSpec:
-    """TensorSpec of a compiled model port; a dynamic dim becomes "<name>_dim<i>"."""
-    name = port.any_name if port.get_names() else f"{kind}{index}"
+    """TensorSpec of a compiled model port; a dynamic dim becomes "<name>_dim<i>".
+
+    A port can carry several tensor names: when OpenVINO folds a constant output it may also
+    carry an internal name ("/encoder/Unsqueeze_6_output_0"); the graph's own name (no "/") wins.
+    """
+    names = sorted(port.get_names())
+    plain = [n for n in names if "/" not in n]
+    if not names:
+        name = f"{kind}{index}"
+    else:
+        name = port.any_name if (port.any_name in plain or not plain) else plain[0]
     shape: list[Dim] = []
     for i, dim in enumerate(port.get_partial_shape()):
         shape.append(dim.get_length() if dim.is_static else f"{name}_dim{i}")
