@@ -1,0 +1,396 @@
+"""Synthetic tracking clips: textured moving shapes over real photos, with exact masks.
+
+Every clip is a pure function of ``(split, index)`` (and its size / length): the same call
+returns the same frames and masks on every machine. A clip shows one *motion case* as its main
+object's behaviour (plus, for most cases, a second object moving independently):
+
+- ``linear``: straight-line motion with a slow spin;
+- ``scale``: the object grows or shrinks by up to 2x while drifting;
+- ``crossing``: two objects pass over one another (the one behind loses the covered pixels);
+- ``occlusion``: an object passes behind an opaque bar and is fully hidden for some frames;
+- ``exit``: an object leaves the frame completely and comes back.
+
+Shapes (discs, ellipses, star-shaped polygons) are rasterised once per frame as polygons
+(pixel centres inside the outline) and composited back to front; each object's mask is the set
+of its pixels still visible in the final frame, so masks are exact by construction and disjoint.
+Textures are cut from photos (colour-shifted) or procedural (stripes, checkers, blobs).
+
+Splits: ``train`` draws backgrounds and photo textures from TRAIN_PHOTOS with seeds from
+TRAIN_SEED; ``heldout`` uses HELDOUT_PHOTOS (stereo_motorcycle, cell, page, retina: none of them
+is in TRAIN_PHOTOS) and its own seed, so held-out clips never show a training background.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache, partial
+
+import numpy as np
+
+from edgekit.errors import InputError
+
+CASES = ("linear", "scale", "crossing", "occlusion", "exit")
+TRAIN_PHOTOS = (
+    "astronaut",
+    "coffee",
+    "chelsea",
+    "rocket",
+    "immunohistochemistry",
+    "brick",
+    "gravel",
+    "grass",
+    "camera",
+    "coins",
+    "moon",
+    "clock",
+)
+HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
+SPLIT_SEEDS = {"train": 1_000_003, "heldout": 7_700_011}
+DEFAULT_SIZE = 256
+WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One synthetic clip.
+
+    frames: (T, H, W, 3) uint8 RGB. masks: (T, K, H, W) bool, the visible pixels of each object
+    (disjoint across objects). object_ids: K ints (1-based). case: the motion case.
+    background: the photo behind the objects. hidden: (T, K) bool, True where an object has no
+    visible pixel (fully occluded or outside the frame).
+    """
+
+    frames: np.ndarray
+    masks: np.ndarray
+    object_ids: tuple[int, ...]
+    case: str
+    background: str
+    split: str
+    index: int
+
+    @property
+    def hidden(self) -> np.ndarray:
+        return ~self.masks.any(axis=(2, 3))
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:04d}-{self.case}"
+
+
+# ---- photos ----------------------------------------------------------------------------------
+@lru_cache(maxsize=32)
+def load_background(name: str) -> np.ndarray:
+    """A bundled scikit-image photo as (H, W, 3) float32 in [0, 1], short side WORK_SHORT_SIDE."""
+    from skimage import data
+    from skimage.transform import resize
+
+    if name not in TRAIN_PHOTOS + HELDOUT_PHOTOS:
+        raise InputError(
+            f"unknown background photo '{name}'; expected one of "
+            f"{', '.join(TRAIN_PHOTOS + HELDOUT_PHOTOS)}"
+        )
+    image = getattr(data, name)()
+    if isinstance(image, tuple):  # stereo_motorcycle: (left, right, disparity)
+        image = image[0]
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = np.stack([image] * 3, axis=-1)
+    image = image[..., :3].astype(np.float32) / 255.0
+    h, w = image.shape[:2]
+    scale = WORK_SHORT_SIDE / min(h, w)
+    out = resize(image, (round(h * scale), round(w * scale)), anti_aliasing=True, order=1)
+    return np.clip(out, 0.0, 1.0).astype(np.float32)
+
+
+def _photos(split: str) -> tuple[str, ...]:
+    if split not in SPLIT_SEEDS:
+        raise InputError(f"unknown split '{split}'; expected 'train' or 'heldout'")
+    return TRAIN_PHOTOS if split == "train" else HELDOUT_PHOTOS
+
+
+# ---- textures ------------------------------------------------------------------------------
+TEXTURE_SIZE = 192
+
+
+def _random_colour(rng: np.random.Generator) -> np.ndarray:
+    return rng.uniform(0.05, 0.95, size=3).astype(np.float32)
+
+
+def _procedural_texture(rng: np.random.Generator) -> np.ndarray:
+    """(TEXTURE_SIZE, TEXTURE_SIZE, 3) float32: stripes, checkers or smooth blobs in 2 colours."""
+    n = TEXTURE_SIZE
+    yy, xx = np.mgrid[0:n, 0:n].astype(np.float32)
+    a, b = _random_colour(rng), _random_colour(rng)
+    kind = rng.integers(3)
+    if kind == 0:  # stripes
+        theta = rng.uniform(0, np.pi)
+        period = rng.uniform(6, 24)
+        phase = (np.cos(theta) * xx + np.sin(theta) * yy) * (2 * np.pi / period)
+        weight = 0.5 + 0.5 * np.sin(phase)
+    elif kind == 1:  # checkers
+        cell = rng.uniform(6, 20)
+        weight = ((np.floor(xx / cell) + np.floor(yy / cell)) % 2).astype(np.float32)
+    else:  # smooth blobs: low-frequency noise
+        from scipy.ndimage import gaussian_filter
+
+        noise = gaussian_filter(rng.standard_normal((n, n)).astype(np.float32), rng.uniform(3, 8))
+        weight = 1.0 / (1.0 + np.exp(-noise / (noise.std() + 1e-6) * 3.0))
+    return (a * weight[..., None] + b * (1.0 - weight[..., None])).astype(np.float32)
+
+
+def _photo_texture(rng: np.random.Generator, photos: tuple[str, ...], avoid: str) -> np.ndarray:
+    """A TEXTURE_SIZE square cut from one of ``photos`` (not ``avoid``), colour-shifted."""
+    choices = [p for p in photos if p != avoid]
+    photo = load_background(choices[rng.integers(len(choices))])
+    h, w = photo.shape[:2]
+    y, x = rng.integers(0, h - TEXTURE_SIZE + 1), rng.integers(0, w - TEXTURE_SIZE + 1)
+    patch = photo[y : y + TEXTURE_SIZE, x : x + TEXTURE_SIZE]
+    patch = patch[..., rng.permutation(3)] * rng.uniform(0.6, 1.4, size=3)
+    return np.clip(patch + rng.uniform(-0.15, 0.15, size=3), 0.0, 1.0).astype(np.float32)
+
+
+def _texture(rng: np.random.Generator, photos: tuple[str, ...], avoid: str) -> np.ndarray:
+    if rng.random() < 0.5:
+        return _photo_texture(rng, photos, avoid)
+    return _procedural_texture(rng)
+
+
+# ---- shapes and motion ---------------------------------------------------------------------------
+def _outline(rng: np.random.Generator, radius: float) -> np.ndarray:
+    """(V, 2) canonical outline (x, y) around the origin: a disc, an ellipse or a star polygon."""
+    kind = rng.integers(3)
+    if kind == 2:  # star-shaped polygon, 5..9 vertices
+        count = int(rng.integers(5, 10))
+        angles = np.sort(rng.uniform(0, 2 * np.pi, count))
+        radii = radius * rng.uniform(0.55, 1.0, count)
+    else:
+        angles = np.linspace(0, 2 * np.pi, 64, endpoint=False)
+        aspect = 1.0 if kind == 0 else rng.uniform(0.45, 0.8)
+        radii = radius * np.ones_like(angles)
+        radii = radii * aspect / np.sqrt((aspect * np.cos(angles)) ** 2 + np.sin(angles) ** 2)
+    return np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1).astype(np.float64)
+
+
+@dataclass
+class _Object:
+    outline: np.ndarray  # (V, 2) canonical (x, y)
+    texture: np.ndarray  # (S, S, 3) float32
+    centres: np.ndarray  # (T, 2) (x, y) in pixels
+    scales: np.ndarray  # (T,)
+    angles: np.ndarray  # (T,) radians
+
+
+def _linear_path(start: np.ndarray, end: np.ndarray, frames: int) -> np.ndarray:
+    t = np.linspace(0.0, 1.0, frames)[:, None]
+    return start[None] * (1 - t) + end[None] * t
+
+
+def _spin(rng: np.random.Generator, frames: int) -> np.ndarray:
+    return rng.uniform(0, 2 * np.pi) + np.linspace(0, rng.uniform(-0.6, 0.6), frames)
+
+
+def _inside_point(rng: np.random.Generator, size: int, margin: float) -> np.ndarray:
+    return rng.uniform(margin, size - margin, size=2)
+
+
+def _drifting(rng, size, frames, radius, textures, scale_to=1.0) -> _Object:
+    start = _inside_point(rng, size, radius * max(1.0, scale_to) + 4)
+    step = rng.uniform(0.5, 3.0) * frames
+    direction = rng.uniform(0, 2 * np.pi)
+    end = np.clip(
+        start + step * np.array([np.cos(direction), np.sin(direction)]), radius, size - radius
+    )
+    return _Object(
+        _outline(rng, radius),
+        textures(),
+        _linear_path(start, end, frames),
+        np.linspace(1.0, scale_to, frames),
+        _spin(rng, frames),
+    )
+
+
+def _case_objects(
+    case, rng, size, frames, textures
+) -> tuple[list[_Object], list[int], tuple | None]:
+    """The objects of one motion case (the case's own first), their drawing order (back to
+    front) and the occluding bar (axis, lo, hi) or None."""
+    radius = lambda: rng.uniform(0.08, 0.17) * size  # noqa: E731
+    bar = None
+    if case == "linear":
+        objects = [_drifting(rng, size, frames, radius(), textures)]
+    elif case == "scale":
+        grow = rng.random() < 0.5
+        factor = rng.uniform(1.5, 2.0)
+        r = radius() * (0.7 if grow else 1.0)
+        objects = [_drifting(rng, size, frames, r, textures, factor if grow else 1 / factor)]
+    elif case == "crossing":
+        meet = rng.uniform(0.4, 0.6, size=2) * size  # both centres pass here mid-clip
+        direction = rng.uniform(0, 2 * np.pi)
+        objects = []
+        for turn in (0.0, rng.uniform(0.35, 0.65) * np.pi):
+            unit = np.array([np.cos(direction + turn), np.sin(direction + turn)])
+            reach = rng.uniform(0.25, 0.35) * size
+            objects.append(
+                _Object(
+                    _outline(rng, radius()),
+                    textures(),
+                    _linear_path(meet + reach * unit, meet - reach * unit, frames),
+                    np.ones(frames),
+                    _spin(rng, frames),
+                )
+            )
+    elif case == "occlusion":
+        r = rng.uniform(0.06, 0.1) * size
+        axis = int(rng.integers(2))  # 0: vertical bar (object moves along x), 1: horizontal
+        centre = rng.uniform(0.45, 0.55) * size
+        half = r + rng.uniform(0.8, 1.2) * r  # the object fits behind the bar with room to spare
+        bar = (axis, centre - half, centre + half)
+        middle = (frames - 1) / 2
+        speed = (half + r + 2) / middle * rng.uniform(1.0, 1.15) * rng.choice([-1.0, 1.0])
+        along = centre + (np.arange(frames) - middle) * speed  # starts beside the bar, visible
+        cross = np.full(frames, rng.uniform(0.25, 0.75) * size)
+        xy = np.stack([along, cross], 1) if axis == 0 else np.stack([cross, along], 1)
+        objects = [_Object(_outline(rng, r), textures(), xy, np.ones(frames), _spin(rng, frames))]
+    elif case == "exit":
+        r = rng.uniform(0.07, 0.12) * size
+        direction = int(rng.integers(4))  # leave through left, right, top or bottom
+        t = np.linspace(0.0, 1.0, frames)
+        along = 0.3 * size + (1.0 * size) * np.sin(np.pi * t)  # out past the edge and back
+        across = rng.uniform(0.25, 0.75) * size + np.linspace(0, rng.uniform(-20, 20), frames)
+        coord = along if direction in (1, 3) else size - along
+        xy = np.stack([coord, across], 1) if direction < 2 else np.stack([across, coord], 1)
+        objects = [_Object(_outline(rng, r), textures(), xy, np.ones(frames), _spin(rng, frames))]
+    else:
+        raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
+    order = list(range(len(objects)))  # back to front
+    if case != "crossing" and rng.random() < 0.6:  # an independent second object (id 2)
+        objects.append(_drifting(rng, size, frames, radius(), textures))
+        order.insert(int(rng.integers(2)), 1)
+    return objects, order, bar
+
+
+# ---- rendering -----------------------------------------------------------------------------
+def _rasterise(obj: _Object, t: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel rows, cols inside the object's outline at frame t (pixel centres)."""
+    from skimage.draw import polygon
+
+    c, s = np.cos(obj.angles[t]), np.sin(obj.angles[t])
+    rot = np.array([[c, -s], [s, c]]) * obj.scales[t]
+    points = obj.outline @ rot.T + obj.centres[t]  # (V, 2) (x, y)
+    return polygon(points[:, 1], points[:, 0], shape=(size, size))
+
+
+def _texture_at(obj: _Object, t: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Texture colours (N, 3) at image pixels (rows, cols): the texture moves with the object."""
+    c, s = np.cos(obj.angles[t]), np.sin(obj.angles[t])
+    dx, dy = cols - obj.centres[t, 0], rows - obj.centres[t, 1]
+    u = (c * dx + s * dy) / obj.scales[t]  # inverse rotation and scale
+    v = (-s * dx + c * dy) / obj.scales[t]
+    n = obj.texture.shape[0]
+    ui = np.floor(u + n / 2).astype(np.int64) % n
+    vi = np.floor(v + n / 2).astype(np.int64) % n
+    return obj.texture[vi, ui]
+
+
+def _background_frames(rng, photo: np.ndarray, size: int, frames: int) -> np.ndarray:
+    """(T, size, size, 3) float32: a crop of the photo panning slowly."""
+    h, w = photo.shape[:2]
+    pan = rng.uniform(-1.5, 1.5, size=2)
+    start = np.array([rng.uniform(0, w - size), rng.uniform(0, h - size)])
+    out = np.empty((frames, size, size, 3), np.float32)
+    for t in range(frames):
+        x, y = np.clip(start + pan * t, 0, [w - size, h - size]).round().astype(int)
+        out[t] = photo[y : y + size, x : x + size]
+    return out
+
+
+def make_clip(
+    split: str = "train",
+    index: int = 0,
+    *,
+    frames: int = 8,
+    size: int = DEFAULT_SIZE,
+    case: str | None = None,
+    flat: bool = False,
+) -> Clip:
+    """The clip number ``index`` of ``split``: deterministic in all its arguments.
+
+    ``case`` defaults to CASES[index % 5]. ``flat`` renders every object in one solid colour
+    (``FLAT_COLOURS[k % 3]``, k = id - 1) over black with a white bar (for checking masks against pixels).
+    Returns a Clip with frames (T, size, size, 3) uint8 and masks (T, K, size, size) bool.
+    """
+    if frames < 3 or size < 32:
+        raise InputError(
+            f"a clip needs frames >= 3 and size >= 32, got frames={frames}, size={size}"
+        )
+    photos = _photos(split)
+    case = CASES[index % len(CASES)] if case is None else case
+    if case not in CASES:
+        raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
+    for attempt in range(100):
+        rng = np.random.default_rng([SPLIT_SEEDS[split], index, frames, size, attempt])
+        background = photos[int(rng.integers(len(photos)))]
+        textures = partial(_texture, rng, photos, background)
+        objects, order, bar = _case_objects(case, rng, size, frames, textures)
+        bar_texture = _texture(rng, photos, background)
+        base = _background_frames(rng, load_background(background), size, frames)
+        pixels, masks, overlapped = _render(objects, order, bar, bar_texture, base, flat)
+        first_area = masks[0].sum(axis=(1, 2)).min()
+        if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped):
+            ids = tuple(range(1, len(objects) + 1))
+            return Clip(pixels, masks, ids, case, background, split, index)
+    raise RuntimeError(
+        f"could not draw a valid '{case}' clip for {split}/{index}"
+    )  # pragma: no cover
+
+
+FLAT_COLOURS = ((255, 0, 0), (0, 255, 0), (0, 0, 255))
+
+
+def _render(objects, order, bar, bar_texture, base, flat) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(frames uint8, masks bool, whether one object ever covered another)."""
+    frames, size = base.shape[0], base.shape[1]
+    overlapped = False
+    canvas = np.zeros_like(base) if flat else base.copy()
+    owner = np.full((frames, size, size), -1, np.int16)  # which object each pixel shows
+    for t in range(frames):
+        for k in order:
+            obj = objects[k]
+            rows, cols = _rasterise(obj, t, size)
+            overlapped = overlapped or bool((owner[t, rows, cols] >= 0).any())
+            owner[t, rows, cols] = k
+            if flat:
+                canvas[t, rows, cols] = np.array(FLAT_COLOURS[k % 3], np.float32) / 255
+            else:
+                canvas[t, rows, cols] = _texture_at(obj, t, rows, cols)
+        if bar is not None:
+            axis, lo, hi = bar
+            span = slice(int(np.floor(lo)), int(np.ceil(hi)))
+            region = (slice(None), span) if axis == 0 else (span, slice(None))
+            owner[t][region] = -1
+            if flat:
+                canvas[t][region] = 1.0
+            else:
+                canvas[t][region] = np.resize(bar_texture, canvas[t][region].shape)
+    masks = np.stack([owner == k for k in range(len(objects))], axis=1)  # (T, K, H, W)
+    frames_u8 = np.clip(canvas * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    return frames_u8, masks, overlapped
+
+
+def _case_happens(case: str, masks: np.ndarray, overlapped: bool) -> bool:
+    """The case's event is in the clip: an object hidden for a while and visible again at the
+    end (occlusion, exit), or one object passing over another (crossing)."""
+    hidden = ~masks.any(axis=(2, 3))  # (T, K)
+    if case in ("occlusion", "exit"):
+        back = hidden.any(axis=0) & ~hidden[-1]  # hidden at some point, visible at the end
+        return bool(back.any())
+    if case == "crossing":
+        return overlapped
+    return True
+
+
+def clip_set(
+    split: str, count: int, *, frames: int = 8, size: int = DEFAULT_SIZE, start: int = 0
+) -> list[Clip]:
+    """``count`` consecutive clips of ``split`` (every case in turn)."""
+    return [make_clip(split, start + i, frames=frames, size=size) for i in range(count)]
