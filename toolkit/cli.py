@@ -449,6 +449,11 @@ def eval_cmd(
 
         eval_lens(out, seeds, env or None, test_per_class, progress=True)
         return
+    if model == "sae-polysemy" and bundle is None:
+        from edgekit.models.sae_polysemy.report import eval_table
+
+        eval_table(out if out != Path("out/lens") else Path("out/sae-polysemy"))
+        return
     from edgekit.registry import get_card
     from edgekit.verify import reference_runners
 

@@ -17,6 +17,7 @@ BUILTIN_CARDS: dict[str, str] = {
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
+    "sae-polysemy": "edgekit.models.sae_polysemy.card:SAEPolysemyCard",
 }
 
 _REGISTERED: dict[str, type[ModelCard]] = {}
