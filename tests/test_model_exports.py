@@ -22,6 +22,8 @@ COVERAGE: dict[str, list[str]] = {
     "photo-cnn": ["onnx-fp32", "onnx-int8", "openvino-fp16", "openvino-int8", "torch-fp32"],
     "photo-vit": ["onnx-fp32", "onnx-int8", "openvino-int8"],
     "bingoguard": ["onnx-int8"],
+    "certified-unlearning": ["onnx-fp32"],
+    "poison-audit": ["onnx-fp32"],
     "sae-polysemy": ["onnx-int8"],
 }
 

@@ -399,7 +399,9 @@ def eval_cmd(
         typer.Option(help="evaluate this bundle instead of torch (repeat with --ray)"),
     ] = None,
     runtime: Annotated[list[str] | None, typer.Option(help="runtime (repeat with --ray)")] = None,
-    out: Annotated[Path, typer.Option(help="lens: where lens.json and lens.png go")] = Path(
+    out: Annotated[Path, typer.Option(
+            help="where report.json and plots go (lens; experiments: default out/MODEL)"
+        )] = Path(
         "out/lens"
     ),
     seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
@@ -449,15 +451,13 @@ def eval_cmd(
 
         eval_lens(out, seeds, env or None, test_per_class, progress=True)
         return
-    if model == "sae-polysemy" and bundle is None:
-        from edgekit.models.sae_polysemy.report import eval_table
-
-        eval_table(out if out != Path("out/lens") else Path("out/sae-polysemy"))
-        return
     from edgekit.registry import get_card
     from edgekit.verify import reference_runners
 
     card = get_card(model)
+    if bundle is None and judge is None and card.experiment is not None:
+        card.experiment(out if out != Path("out/lens") else Path("out") / model, True)
+        return
     if judge is not None:
         from edgekit.errors import InputError
 

@@ -14,9 +14,11 @@ from edgekit.errors import InputError
 
 BUILTIN_CARDS: dict[str, str] = {
     "bingoguard": "edgekit.models.bingoguard.card:BingoGuardCard",
+    "certified-unlearning": "edgekit.models.certified_unlearning.card:CertifiedUnlearningCard",
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
+    "poison-audit": "edgekit.models.poison_audit.card:PoisonAuditCard",
     "sae-polysemy": "edgekit.models.sae_polysemy.card:SAEPolysemyCard",
 }
 

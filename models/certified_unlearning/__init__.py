@@ -1,0 +1,1 @@
+"""Certified unlearning: ERM + output perturbation and robust (trimmed-mean) noisy GD."""

@@ -1,0 +1,218 @@
+"""certified-unlearning card: a digits classifier after certified unlearning of a forget set.
+
+One graph, "classifier": pixels (B, 64) float32, sklearn digits' 0..16 values, row-major 8x8 ->
+logits (B, 10) float32. Inside the graph: pixels * DIGITS_SCALE, rows clipped to norm 1 (the
+bound the certificate assumes), then the released linear layer.
+
+The released weights are: L2-regularised softmax regression (ERM) on the training split, then
+``unlearn_steps`` GD steps on the retain set (training split minus ``forget`` random rows),
+then Gaussian noise calibrated to the (q, eps) Renyi budget (certify.py). Seconds on one core;
+nothing is cached. ``edgekit eval certified-unlearning`` runs the synthetic study
+(experiment.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.models.certified_unlearning import certify, data, logistic
+
+GRAPH = "classifier"
+
+
+class LinearClassifier(nn.Module):
+    """forward(pixels (B, 64) float32 in 0..16) -> logits (B, K) float32."""
+
+    def __init__(self, weights: np.ndarray, scale: float, max_norm: float) -> None:
+        super().__init__()
+        w = torch.as_tensor(weights, dtype=torch.float32)  # (K, d + 1), bias last
+        self.linear = nn.Linear(w.shape[1] - 1, w.shape[0])
+        with torch.no_grad():
+            self.linear.weight.copy_(w[:, :-1])
+            self.linear.bias.copy_(w[:, -1])
+        self.scale, self.max_norm = scale, max_norm
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = pixels * self.scale  # (B, 64)
+        norm = torch.linalg.vector_norm(x, dim=1, keepdim=True).clamp_min(1e-12)  # (B, 1)
+        return self.linear(x * torch.clamp(self.max_norm / norm, max=1.0))  # (B, K)
+
+
+@dataclass
+class UnlearnResult:
+    """The released model and its certificate."""
+
+    weights: np.ndarray  # (10, 65) released (noisy) weights
+    sigma: float
+    steps: int
+    distance_bound: float
+    heldout_accuracy: float
+    retrain_accuracy: float
+    seconds: float
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class UnlearnConfig:
+    """The card's recipe (card options of the same names override)."""
+
+    forget: int = 20
+    lam: float = 0.01
+    unlearn_steps: int = 600
+    q: float = 2.0
+    eps: float = 1.0
+    seed: int = 0
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class CertifiedUnlearningCard(ModelCard):
+    """Softmax regression on digits with a forget set removed under a (q, eps) certificate."""
+
+    name: ClassVar[str] = "certified-unlearning"
+    tier: ClassVar[str] = "server"
+    task: ClassVar[str] = "certified-unlearning"
+    summary: ClassVar[str] = (
+        "certified unlearning: ERM + GD on the retain set + Renyi-calibrated Gaussian noise "
+        "(and trimmed-mean training for out-of-distribution forget sets); digits classifier"
+    )
+    architecture: ClassVar[str] = "linear"
+    primary_metric: ClassVar[str | None] = "test_accuracy"
+    tolerances: ClassVar[dict[str, Tolerance]] = {
+        "fp32": Tolerance(atol=1e-4, rtol=1e-3),
+        "fp16": Tolerance(atol=2e-2, rtol=2e-2),
+        "int8": Tolerance(atol=0.3, rtol=0.1),
+    }
+    agreement_floors: ClassVar[dict[str, float]] = {
+        "top1_agreement": 0.99,
+        "max_prob_abs_error": 0.05,
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        fields = UnlearnConfig.__dataclass_fields__
+        unknown = sorted(set(options) - set(fields))
+        if unknown:
+            from edgekit.errors import InputError
+
+            raise InputError(f"certified-unlearning options {unknown} are not {sorted(fields)}")
+        self.config = UnlearnConfig(**options)
+        self._result: UnlearnResult | None = None
+
+    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
+        """The synthetic study (experiment.py): two tables, report.json and study.png."""
+        from edgekit.models.certified_unlearning.experiment import write_study
+
+        return write_study(out, show_progress)
+
+    def _split(self) -> data.Split:
+        return data.digits_split(self.config.forget, self.config.seed)
+
+    def train(self, progress: Callable[[float, str], None] | None = None) -> UnlearnResult:
+        """ERM on the digits training split, unlearn the forget rows, add the noise (~1 s)."""
+        if self._result is not None:
+            return self._result
+        cfg, started = self.config, time.perf_counter()
+        split = self._split()
+        xa, keep = logistic.augment(split.x), split.retain
+        tol = 1e-8
+        trained = logistic.fit_erm(xa, split.y, split.n_classes, cfg.lam, tol)
+        lipschitz = float(np.sqrt(2.0 * (data.DIGITS_FEATURE_NORM**2 + 1.0)))
+        distance0 = certify.erm_distance_bound(cfg.forget, len(xa), lipschitz, cfg.lam, tol)
+        released = certify.unlearn(
+            trained, xa[keep], split.y[keep], cfg.lam, distance0, cfg.unlearn_steps,
+            certify.RenyiBudget(cfg.q, cfg.eps), np.random.default_rng(cfg.seed),
+        )  # fmt: skip
+        retrained = logistic.fit_erm(xa[keep], split.y[keep], split.n_classes, cfg.lam, tol)
+        xt = logistic.augment(split.x_test)
+
+        def accuracy(w: np.ndarray) -> float:
+            return float((logistic.probabilities(w, xt).argmax(axis=1) == split.y_test).mean())
+
+        self._result = UnlearnResult(
+            released.weights, released.sigma, released.steps, released.distance_bound,
+            accuracy(released.weights), accuracy(retrained), time.perf_counter() - started,
+        )  # fmt: skip
+        return self._result
+
+    def model(self) -> LinearClassifier:
+        """The released classifier as a torch module (eval mode)."""
+        module = LinearClassifier(self.train().weights, data.DIGITS_SCALE, data.DIGITS_FEATURE_NORM)
+        return module.eval()
+
+    def graphs(self) -> list[GraphSpec]:
+        """One graph "classifier": pixels (B, 64) float32 -> logits (B, 10) float32."""
+        example = torch.from_numpy(self.golden_inputs()[GRAPH]["pixels"][:2].copy())
+        return [
+            GraphSpec(
+                name=GRAPH,
+                module=self.model(),
+                example_inputs={"pixels": example},
+                output_names=["logits"],
+                dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}},
+            )
+        ]
+
+    def _test_pixels(self) -> tuple[np.ndarray, np.ndarray]:
+        split = data.digits_split(self.config.forget, self.config.seed, raw=True)
+        return split.x_test.astype(np.float32), split.y_test
+
+    def golden_inputs(self) -> dict[str, Feeds]:
+        """Four held-out digits: pixels (4, 64) float32 in 0..16."""
+        pixels, _ = self._test_pixels()
+        return {GRAPH: {"pixels": pixels[:4]}}
+
+    def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
+        """``limit`` single retained training digits, (1, 64) float32."""
+        split = data.digits_split(self.config.forget, self.config.seed, raw=True)
+        rows = split.x[split.retain][:limit].astype(np.float32)
+        return {GRAPH: [{"pixels": row[None]} for row in rows]}
+
+    def preprocessing(self) -> dict[str, Any]:
+        return {
+            "input": "sklearn digits layout: 8x8 grey, row-major, values 0..16 as float32",
+            "inside_graph": f"x = pixels * {data.DIGITS_SCALE:.6g}, rows clipped to norm "
+            f"{data.DIGITS_FEATURE_NORM}",
+            "output": {"name": "logits", "postprocess": "softmax, argmax over digits 0-9"},
+            "certificate": {"q": self.config.q, "eps": self.config.eps},
+        }
+
+    def labels(self) -> list[str]:
+        return [str(i) for i in range(10)]
+
+    def _logits(self, runner: Runner, pixels: np.ndarray) -> np.ndarray:
+        return np.asarray(runner.run({"pixels": pixels})["logits"], dtype=np.float64)
+
+    def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
+        """Test accuracy and cross-entropy on the 450 held-out digits."""
+        pixels, labels = self._test_pixels()
+        logits = self._logits(runners[GRAPH], pixels)
+        probs = _softmax(logits)
+        return {
+            "test_accuracy": float((logits.argmax(axis=1) == labels).mean()),
+            "test_loss": float(-np.log(probs[np.arange(len(labels)), labels] + 1e-12).mean()),
+        }
+
+    def agreement(
+        self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
+    ) -> dict[str, float]:
+        """Top-1 agreement and max |softmax difference| on the held-out digits."""
+        pixels, _ = self._test_pixels()
+        ref = self._logits(reference[GRAPH], pixels)
+        cand = self._logits(candidate[GRAPH], pixels)
+        return {
+            "top1_agreement": float((ref.argmax(axis=1) == cand.argmax(axis=1)).mean()),
+            "max_prob_abs_error": float(np.abs(_softmax(ref) - _softmax(cand)).max()),
+        }

@@ -1,0 +1,1 @@
+"""Poisoning-unlearning audit: Gaussian poisoning and the Gaussian unlearning score."""
