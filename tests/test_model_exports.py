@@ -25,6 +25,7 @@ COVERAGE: dict[str, list[str]] = {
     "certified-unlearning": ["onnx-fp32"],
     "poison-audit": ["onnx-fp32"],
     "sae-polysemy": ["onnx-int8"],
+    "sdlg": ["onnx-fp32"],
 }
 
 

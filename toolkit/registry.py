@@ -20,6 +20,7 @@ BUILTIN_CARDS: dict[str, str] = {
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
     "poison-audit": "edgekit.models.poison_audit.card:PoisonAuditCard",
     "sae-polysemy": "edgekit.models.sae_polysemy.card:SAEPolysemyCard",
+    "sdlg": "edgekit.models.sdlg.card:SDLGCard",
 }
 
 _REGISTERED: dict[str, type[ModelCard]] = {}

@@ -1,0 +1,250 @@
+"""SDLG over the causal-LM interface: the initial answer, ranked substitutions, alternatives,
+clusters and the weighted semantic entropy; and the multinomial-sampling baselines.
+
+For a question q (``[CLS] q [SEP]`` prefix):
+
+1. y0 = beam search answer; P[t, :] the LM's next-token distribution at each answer position.
+2. Attribution of y0's words by the equivalence model (semantic.py).
+3. Candidates (t, v) for every answer position t and token v with P[t, v] > ``token_prob``
+   (v not the original token o, not a special token). Three scores per candidate: the word's
+   attribution, the substitution score (e.g. cos(E[o] - E[v], g_t)) and the importance
+   P[t, v]. Each is ranked (0 = best); candidates are ordered by the alpha-weighted mean rank.
+4. In that order, prefix y0[:t] + v is completed by beam search until ``alternatives``
+   distinct answers (different from y0 and each other) exist or candidates run out. An
+   alternative's log-probability is log P(y0[:t]) + log P[t, v] + the completion's, all read
+   from distributions already computed; its weight is P[t, v].
+5. Bidirectional-equivalence clusters over [y0, alternatives]; the score is
+   ``sdlg_semantic_entropy`` (entropy.py) of the sequence log-probabilities; the same with
+   per-token (length-normalised) log-probabilities is kept in ``extras`` for comparison.
+
+Every LM call goes through a ``CausalLM`` whose counter gives the cost in forward passes
+(sequences run): ``initial_rows`` (y0, shared by every method) and ``rows`` (SDLG's own).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgekit.errors import InputError
+from edgekit.models.sdlg.causal_lm import CausalLM
+from edgekit.models.sdlg.decoding import Generation, beam_search, sample
+from edgekit.models.sdlg.entropy import (
+    predictive_entropy,
+    sampling_semantic_entropy,
+    sdlg_semantic_entropy,
+)
+from edgekit.models.sdlg.lm import CLS_ID, SEP_ID, SPECIAL_IDS, decode, encode
+from edgekit.models.sdlg.semantic import EquivalenceModel, greedy_clusters, text_ids
+
+MAX_QUESTION_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class SDLGConfig:
+    """SDLG's knobs (defaults: the paper's, except ``alternatives`` and ``completion_beams``,
+    set for the cost comparison with 10-sample sampling; see the card)."""
+
+    beams: int = 5  # beam width of the initial answer
+    completion_beams: int = 2  # beam width completing an alternative
+    alternatives: int = 4  # distinct alternatives to generate at most
+    token_prob: float = 1e-3  # candidates need P[t, v] above this
+    alphas: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # attribution, substitution, imp.
+    max_new_tokens: int = 8
+    samples: int = 10  # multinomial samples of the baselines
+
+
+@dataclass
+class Candidate:
+    """A substitution: token ``token`` at answer position ``position``, its three scores and
+    their weighted mean rank (lower first)."""
+
+    position: int
+    token: int
+    attribution: float
+    substitution: float
+    importance: float
+    rank: float = 0.0
+
+
+@dataclass
+class SDLGResult:
+    """What SDLG found for one question."""
+
+    question: str
+    answer: str
+    answer_ids: list[int]
+    entropy: float
+    alternatives: list[str]
+    log_probs: list[float]
+    weights: list[float]
+    clusters: list[int]
+    initial_rows: int
+    rows: int
+    calls: int
+    candidates: int
+    truncated: bool
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def question_prefix(question: str, max_tokens: int) -> tuple[list[int], list[int], bool]:
+    """(prefix ids ``[CLS] q [SEP]``, question ids, truncated) for ``question``.
+
+    An empty question is an InputError; one over ``max_tokens`` WordPiece tokens keeps its
+    first ``max_tokens`` tokens, warns and reports ``truncated`` (the LM's position table
+    bounds question + answer)."""
+    if not isinstance(question, str) or not question.strip():
+        raise InputError("question must be a non-empty string")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise InputError(f"question is {len(question)} characters, over {MAX_QUESTION_CHARS}")
+    ids = encode(question)
+    if not ids:
+        raise InputError(f"question {question!r} has no tokens")
+    truncated = len(ids) > max_tokens
+    if truncated:
+        warnings.warn(
+            f"question of {len(ids)} tokens cut to its first {max_tokens} (LM context)",
+            stacklevel=3,
+        )
+        ids = ids[:max_tokens]
+    return [CLS_ID, *ids, SEP_ID], ids, truncated
+
+
+def rank_candidates(candidates: list[Candidate], alphas: tuple[float, ...]) -> list[Candidate]:
+    """Candidates ordered by the alpha-weighted mean of their three score ranks (rank 0 = the
+    highest score; ties share the lower rank); ``rank`` is set on each."""
+    if not candidates:
+        return []
+    columns = ("attribution", "substitution", "importance")
+    total = np.zeros(len(candidates))
+    for alpha, column in zip(alphas, columns, strict=True):
+        values = np.array([getattr(c, column) for c in candidates])
+        # rank = number of candidates scoring strictly higher
+        ranks = (values[None, :] > values[:, None]).sum(axis=1)
+        total += alpha * ranks
+    for c, r in zip(candidates, total / sum(alphas), strict=True):
+        c.rank = float(r)
+    return sorted(candidates, key=lambda c: (c.rank, -c.importance, c.position, c.token))
+
+
+class SDLG:
+    """SDLG and the sampling baselines for one LM and one equivalence model."""
+
+    def __init__(
+        self, lm: CausalLM, semantic: EquivalenceModel, config: SDLGConfig | None = None
+    ) -> None:
+        self.lm, self.semantic = lm, semantic
+        self.config = config or SDLGConfig()
+        self.max_question = lm.max_len - 2 - self.config.max_new_tokens
+        if self.max_question < 1:
+            raise InputError(f"LM context {lm.max_len} leaves no room for a question")
+
+    def candidates(self, question_ids: list[int], initial: Generation) -> list[Candidate]:
+        """Scored candidate substitutions of the initial answer, unranked."""
+        answer = initial.tokens
+        if not answer:
+            return []
+        attribution = self.semantic.attribution(question_ids, answer)
+        embeddings = self.semantic.embedding_matrix
+        out = []
+        for t, original in enumerate(answer):
+            probs = np.exp(initial.distributions[t])  # (V,)
+            tokens = np.nonzero(probs > self.config.token_prob)[0]
+            tokens = np.array([v for v in tokens if v != original and v not in SPECIAL_IDS])
+            if tokens.size == 0:
+                continue
+            subs = attribution.substitution_scores(t, original, tokens, embeddings)
+            for v, s in zip(tokens, subs, strict=True):
+                out.append(
+                    Candidate(
+                        t, int(v), float(attribution.token_scores[t]), float(s), float(probs[v])
+                    )
+                )
+        return out
+
+    def score(self, question: str) -> SDLGResult:
+        """SDLG on ``question``: y0, up to ``alternatives`` alternatives, clusters, entropy."""
+        cfg = self.config
+        prefix, q_ids, truncated = question_prefix(question, self.max_question)
+        rows0, calls0 = self.lm.rows, self.lm.calls
+        initial = beam_search(self.lm, prefix, cfg.beams, cfg.max_new_tokens, True)
+        initial_rows = self.lm.rows - rows0
+        ranked = rank_candidates(self.candidates(q_ids, initial), cfg.alphas)
+        prefix_lp = np.r_[0.0, np.cumsum(initial.token_log_probs)]  # log P(y0[:t])
+        answers = [tuple(initial.tokens)]
+        log_probs, weights = [initial.log_prob], [1.0]
+        lengths = [len(initial.token_log_probs)]  # tokens scored, EOS included when reached
+        for cand in ranked:
+            if len(answers) - 1 >= cfg.alternatives:
+                break
+            head = initial.tokens[: cand.position] + [cand.token]
+            budget = cfg.max_new_tokens - len(head)
+            if budget <= 0:
+                continue
+            completion = beam_search(self.lm, prefix + head, cfg.completion_beams, budget)
+            tokens = tuple(head + completion.tokens)
+            if tokens in answers:
+                continue
+            answers.append(tokens)
+            log_probs.append(
+                float(prefix_lp[cand.position]) + np.log(cand.importance) + completion.log_prob
+            )
+            weights.append(cand.importance)
+            lengths.append(len(head) + len(completion.token_log_probs))
+        texts = [text_ids(q_ids, list(a)) for a in answers]
+        clusters = greedy_clusters(
+            len(texts), lambda i, j: self.semantic.equivalent(texts[i], texts[j])
+        )
+        return SDLGResult(
+            question=question,
+            answer=decode(initial.tokens),
+            answer_ids=list(initial.tokens),
+            entropy=sdlg_semantic_entropy(log_probs, weights, clusters),
+            alternatives=[decode(a) for a in answers[1:]],
+            log_probs=log_probs,
+            weights=weights,
+            clusters=clusters,
+            initial_rows=initial_rows,
+            rows=self.lm.rows - rows0 - initial_rows,
+            calls=self.lm.calls - calls0,
+            candidates=len(ranked),
+            truncated=truncated,
+            extras={
+                "lengths": lengths,
+                "entropy_length_normalised": sdlg_semantic_entropy(
+                    np.array(log_probs) / np.maximum(lengths, 1), weights, clusters
+                ),
+            },
+        )
+
+    def sampling_baselines(self, question: str, seed: int = 0) -> dict[str, Any]:
+        """``samples`` multinomial answers: their semantic entropy and predictive entropy, the
+        LM rows they cost and the sampled texts."""
+        cfg = self.config
+        prefix, q_ids, truncated = question_prefix(question, self.max_question)
+        rows0 = self.lm.rows
+        rng = np.random.default_rng(seed)
+        gens = sample(self.lm, prefix, cfg.samples, rng, cfg.max_new_tokens)
+        rows = self.lm.rows - rows0
+        texts = [text_ids(q_ids, g.tokens) for g in gens]
+        clusters = greedy_clusters(
+            len(texts), lambda i, j: self.semantic.equivalent(texts[i], texts[j])
+        )
+        log_probs = [g.log_prob for g in gens]
+        per_token = [g.log_prob / max(len(g.token_log_probs), 1) for g in gens]
+        keys = [tuple(g.tokens) for g in gens]
+        return {
+            "semantic_entropy": sampling_semantic_entropy(log_probs, clusters, keys),
+            "predictive_entropy": predictive_entropy(log_probs),
+            "semantic_entropy_length_normalised": sampling_semantic_entropy(
+                per_token, clusters, keys
+            ),
+            "predictive_entropy_length_normalised": predictive_entropy(per_token),
+            "rows": rows,
+            "samples": [decode(g.tokens) for g in gens],
+            "clusters": clusters,
+            "truncated": truncated,
+        }

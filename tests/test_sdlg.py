@@ -1,0 +1,330 @@
+"""SDLG: the entropy maths, clustering, candidate scores on a toy LM with known distributions,
+decoding, bad input, the NLI equivalence path and torch vs ONNX agreement of SDLG scores."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from edgekit.errors import InputError
+from edgekit.models.sdlg.causal_lm import CausalLM, runner_backend, torch_backend
+from edgekit.models.sdlg.decoding import beam_search, sample
+from edgekit.models.sdlg.entropy import (
+    auroc,
+    predictive_entropy,
+    roc_curve,
+    sampling_semantic_entropy,
+    sdlg_semantic_entropy,
+)
+from edgekit.models.sdlg.lm import EOS_ID, VOCAB_SIZE, encode, prompt_ids
+from edgekit.models.sdlg.sdlg import SDLG, Candidate, SDLGConfig, rank_candidates
+from edgekit.models.sdlg.semantic import Attribution, greedy_clusters, word_attribution
+
+torch.set_num_threads(1)
+
+# ---- entropy maths -------------------------------------------------------------------------
+
+
+def test_sdlg_entropy_of_known_clusters() -> None:
+    p, w = [0.5, 0.1, 0.025 / 0.25], [1.0, 0.5, 0.25]
+    # weighted q = p * w / sum(w) = [0.5, 0.05, 0.025] / 1.75; clusters {0, 1}, {2}
+    s0, s1 = math.log(0.55 / 1.75), math.log(0.025 / 1.75)
+    pi0, pi1 = 0.55 / 0.575, 0.025 / 0.575
+    got = sdlg_semantic_entropy(np.log(p), w, [0, 0, 1])
+    assert got == pytest.approx(-(pi0 * s0 + pi1 * s1), rel=1e-12)
+    # one cluster: -log of the total weighted mass
+    assert sdlg_semantic_entropy(np.log(p), w, [0, 0, 0]) == pytest.approx(-math.log(0.575 / 1.75))
+    # splitting a cluster raises the entropy when mass is spread
+    assert got > sdlg_semantic_entropy(np.log(p), w, [0, 0, 0])
+    with pytest.raises(ValueError):
+        sdlg_semantic_entropy([0.0, 0.0], [1.0, 0.0], [0, 1])
+
+
+def test_sampling_entropy_counts_a_repeated_sample_once_in_the_mass() -> None:
+    lp = np.log([0.5, 0.5, 0.2])
+    keys = ["a", "a", "b"]
+    assert sampling_semantic_entropy(lp, [0, 0, 0], keys) == pytest.approx(-math.log(0.7))
+    expected = -(2 * math.log(0.5) + math.log(0.2)) / 3
+    assert sampling_semantic_entropy(lp, [0, 0, 1], keys) == pytest.approx(expected)
+    assert predictive_entropy(lp) == pytest.approx(expected)
+
+
+def test_auroc_and_roc_curve_match_sklearn() -> None:
+    from sklearn.metrics import roc_auc_score
+    from sklearn.metrics import roc_curve as sk_roc
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        labels = rng.integers(0, 2, 60)
+        scores = np.round(rng.normal(size=60) + labels, 1)  # rounding makes ties
+        assert auroc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+        fpr, tpr = roc_curve(scores, labels)
+        sk_fpr, sk_tpr, _ = sk_roc(labels, scores, drop_intermediate=False)
+        np.testing.assert_allclose(fpr, sk_fpr)
+        np.testing.assert_allclose(tpr, sk_tpr)
+    with pytest.raises(ValueError):
+        auroc([0.1, 0.2], [1, 1])
+
+
+def test_greedy_clusters_compare_with_each_clusters_first_member() -> None:
+    items = ["paris", "in paris", "london", "paris!", "rome", "london?"]
+    same = lambda i, j: items[i].strip("in !?") == items[j].strip("in !?")  # noqa: E731
+    assert greedy_clusters(len(items), same) == [0, 0, 1, 0, 2, 1]
+    assert greedy_clusters(0, same) == []
+
+
+# ---- a toy LM with known next-token distributions --------------------------------------------
+
+PARIS, LONDON, ROME, CITY = (encode(w)[0] for w in ("paris", "london", "rome", "city"))
+
+
+class TableLM:
+    """Next-token probabilities keyed by the generated tokens after the prompt (the rest of the
+    vocabulary gets 1e-9 in total)."""
+
+    def __init__(self, prompt: list[int], table: dict[tuple[int, ...], dict[int, float]]):
+        self.prompt, self.table = prompt, table
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        out = np.full((*ids.shape, VOCAB_SIZE), -40.0, dtype=np.float32)
+        for b in range(ids.shape[0]):
+            length = int(mask[b].sum())
+            for s in range(len(self.prompt) - 1, length):
+                generated = tuple(int(t) for t in ids[b, len(self.prompt) : s + 1])
+                for token, p in self.table.get(generated, {EOS_ID: 1.0}).items():
+                    out[b, s, token] = math.log(p)
+        return out
+
+
+QUESTION = "where does anna live?"
+TABLE = {
+    (): {PARIS: 0.6, LONDON: 0.3, ROME: 0.0995, CITY: 0.0005},
+    (PARIS,): {EOS_ID: 0.9, CITY: 0.1},
+    (LONDON,): {EOS_ID: 0.8, CITY: 0.2},
+    (ROME,): {EOS_ID: 1.0},
+}
+
+
+def toy_lm() -> CausalLM:
+    return CausalLM(TableLM(prompt_ids(QUESTION), TABLE), max_len=48)
+
+
+class ToySemantic:
+    """Equivalence = same first answer token; attribution with a known gradient."""
+
+    def __init__(self) -> None:
+        self.embedding_matrix = np.zeros((VOCAB_SIZE, 3))
+        self.embedding_matrix[PARIS] = [1.0, 0.0, 0.0]
+        self.embedding_matrix[LONDON] = [0.0, 1.0, 0.0]
+        self.embedding_matrix[ROME] = [1.0, 1.0, 1.0]
+        self.q = len(encode(QUESTION))
+
+    def equivalent(self, a, b) -> bool:
+        return a[1 + self.q] == b[1 + self.q]
+
+    def attribution(self, question, answer) -> Attribution:
+        g = np.tile([1.0, -1.0, 0.0], (1, len(answer), 1))  # (1, T, 3)
+        return Attribution(np.arange(1, len(answer) + 1, dtype=float), g, signed=True)
+
+
+def test_beam_search_and_sampling_on_known_distributions() -> None:
+    lm = toy_lm()
+    best = beam_search(lm, prompt_ids(QUESTION), beams=3, keep_distributions=True)
+    assert best.tokens == [PARIS] and best.finished
+    assert best.log_prob == pytest.approx(math.log(0.6 * 0.9), abs=1e-6)
+    assert np.exp(best.distributions[0][LONDON]) == pytest.approx(0.3, abs=1e-6)
+    assert lm.calls == 2 and lm.rows == 1 + 3  # step 1: the prompt; step 2: three beams
+    gens = sample(lm, prompt_ids(QUESTION), 200, np.random.default_rng(0))
+    share = np.mean([g.tokens[:1] == [PARIS] for g in gens])
+    assert 0.5 < share < 0.7
+    for g in gens:
+        assert g.log_prob == pytest.approx(sum(g.token_log_probs))
+
+
+def test_candidate_scores_and_ranking_on_known_distributions() -> None:
+    sdlg = SDLG(toy_lm(), ToySemantic(), SDLGConfig(alternatives=2, completion_beams=2))
+    initial = beam_search(sdlg.lm, prompt_ids(QUESTION), 5, keep_distributions=True)
+    cands = {c.token: c for c in sdlg.candidates(encode(QUESTION), initial)}
+    assert set(cands) == {LONDON, ROME}  # not paris (original), not city (P = 5e-4 < 1e-3)
+    assert cands[LONDON].importance == pytest.approx(0.3, abs=1e-6)
+    assert cands[ROME].importance == pytest.approx(0.0995, abs=1e-6)
+    # substitution: cos(E[paris] - E[v], g) with g = (1, -1, 0)
+    assert cands[LONDON].substitution == pytest.approx(1.0)  # (1, -1, 0) / sqrt 2 . g / sqrt 2
+    assert cands[ROME].substitution == pytest.approx(0.5)  # (0, -1, -1) . (1, -1, 0) / 2
+    ranked = rank_candidates(
+        [
+            Candidate(0, 1, attribution=1.0, substitution=0.1, importance=0.5),
+            Candidate(1, 2, attribution=2.0, substitution=0.9, importance=0.2),
+            Candidate(0, 3, attribution=1.0, substitution=0.5, importance=0.3),
+        ],
+        (1 / 3, 1 / 3, 1 / 3),
+    )
+    # mean ranks: token 2 -> (0 + 0 + 2) / 3; tokens 1 and 3 -> 1, tie broken by importance
+    assert [c.token for c in ranked] == [2, 1, 3]
+    assert [c.rank for c in ranked] == pytest.approx([2 / 3, 1.0, 1.0])
+
+
+def test_sdlg_alternatives_weights_and_cost_on_known_distributions() -> None:
+    lm = toy_lm()
+    result = SDLG(lm, ToySemantic(), SDLGConfig(beams=3, alternatives=2, completion_beams=2)).score(
+        QUESTION
+    )
+    assert result.answer == "paris" and result.alternatives == ["london", "rome"]
+    expected = [math.log(0.6 * 0.9), math.log(0.3 * 0.8), math.log(0.0995)]
+    np.testing.assert_allclose(result.log_probs, expected, atol=1e-5)
+    np.testing.assert_allclose(result.weights, [1.0, 0.3, 0.0995], atol=1e-6)
+    assert result.clusters == [0, 1, 2]
+    assert result.entropy == pytest.approx(
+        sdlg_semantic_entropy(expected, [1.0, 0.3, 0.0995], [0, 1, 2]), abs=1e-5
+    )
+    # two completions, each one prefix then two beams at most
+    assert result.initial_rows == 4 and 2 <= result.rows <= 6
+    assert result.rows + result.initial_rows == lm.rows
+
+
+def test_word_attribution_groups_wordpieces() -> None:
+    answer = encode("hamster cat")  # ham ##ster cat
+    from edgekit.models.sdlg.semantic import word_groups
+
+    assert word_groups(answer) == [0, 0, 1]
+    g = np.ones((1, 3, 2))
+    e = np.array([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]])
+    # word 0: mean |g*e| = (2, 0) -> 2; word 1: (0, 2) -> 2 ... scaled by row
+    np.testing.assert_allclose(word_attribution(g, e, [0, 0, 1]), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(word_attribution(2 * g, e, [0, 0, 1]), [4.0, 4.0, 4.0])
+
+
+# ---- bad input -----------------------------------------------------------------------------
+
+
+def test_empty_and_overlong_questions() -> None:
+    sdlg = SDLG(toy_lm(), ToySemantic())
+    for bad in ("", "   ", None):
+        with pytest.raises(InputError):
+            sdlg.score(bad)  # type: ignore[arg-type]
+    with pytest.raises(InputError):
+        sdlg.score("x" * 5000)
+    long = "where does anna live? " * 10
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = sdlg.score(long)
+    assert result.truncated and any("cut to" in str(w.message) for w in caught)
+    assert not sdlg.score(QUESTION).truncated
+
+
+# ---- equivalence models --------------------------------------------------------------------
+
+
+def _tiny_bert_folder(tmp_path: Path, labels: dict[int, str], vocab: int = VOCAB_SIZE) -> Path:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=vocab,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+        num_labels=len(labels),
+        id2label=labels,
+        label2id={v: k for k, v in labels.items()},
+    )
+    BertForSequenceClassification(config).save_pretrained(tmp_path)
+    return tmp_path
+
+
+def test_nli_equivalence_from_a_local_folder(tmp_path: Path, monkeypatch) -> None:
+    from edgekit.models.sdlg.semantic import NLIEquivalence, text_ids
+
+    labels = {0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}
+    nli = NLIEquivalence(_tiny_bert_folder(tmp_path / "nli", labels))
+    assert nli.contradiction == 2 and nli.embedding_matrix.shape == (VOCAB_SIZE, 16)
+    q, a = encode(QUESTION), encode("anna lives in hamster")
+    att = nli.attribution(q, a)
+    assert att.gradients.shape == (1, len(a), 16) and att.signed
+    assert np.all(att.token_scores > 0) and att.token_scores[3] == att.token_scores[4]
+    x, y = text_ids(q, encode("paris")), text_ids(q, encode("london"))
+    assert nli.equivalent(x, x)
+    assert isinstance(nli.equivalent(x, y), bool)
+    for verdicts, same in (([False, False], True), ([False, True], False), ([True, False], False)):
+        monkeypatch.setattr(nli, "_contradicts", lambda pairs, v=verdicts: v)
+        nli._cache.clear()
+        assert nli.equivalent(x, y) is same  # bidirectional: contradiction either way splits
+    with pytest.raises(InputError, match="contradiction"):
+        NLIEquivalence(_tiny_bert_folder(tmp_path / "two", {0: "yes", 1: "no"}))
+    with pytest.raises(InputError, match="vocabulary"):
+        NLIEquivalence(_tiny_bert_folder(tmp_path / "small", labels, vocab=500))
+    with pytest.raises(InputError, match="config.json"):
+        NLIEquivalence(tmp_path / "missing")
+
+
+def _tiny_cosine():
+    from transformers import BertConfig, BertModel
+
+    from edgekit.models.sdlg.semantic import CosineEquivalence
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+    )
+    return CosineEquivalence(0.98, directions=4, bert=BertModel(config).eval())
+
+
+def test_cosine_attribution_is_unsigned_and_deterministic() -> None:
+    sem = _tiny_cosine()
+    q, a = encode(QUESTION), encode("in paris")
+    first, second = sem.attribution(q, a), sem.attribution(q, a)
+    assert first.gradients.shape == (4, 2, 16) and not first.signed
+    np.testing.assert_array_equal(first.gradients, second.gradients)
+    scores = first.substitution_scores(1, PARIS, np.array([LONDON, ROME]), sem.embedding_matrix)
+    assert scores.shape == (2,) and np.all((scores >= 0) & (scores <= 1))
+
+
+# ---- torch vs the exported ONNX graph ------------------------------------------------------
+
+
+def test_sdlg_scores_agree_on_torch_and_onnx(tmp_path: Path) -> None:
+    from edgekit.card import GraphSpec
+    from edgekit.exporters.onnx import export_onnx
+    from edgekit.models.sdlg.lm import LMConfig, train_lm
+    from edgekit.runtimes import RuntimeOptions, get_runtime
+
+    config = LMConfig(people=4, dim=32, layers=1, heads=2, steps=80, batch_size=16, lr=1e-2)
+    model, _ = train_lm(config)
+    ids = torch.tensor([prompt_ids(QUESTION)])
+    axes = {0: "batch", 1: "sequence"}
+    graph = GraphSpec(
+        "lm",
+        model,
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids)},
+        ["logits"],
+        {"input_ids": axes, "attention_mask": axes, "logits": axes},
+    )
+    path = export_onnx(graph, tmp_path / "lm.onnx", opset=17)
+    session = get_runtime("onnxruntime").load(path, "cpu", RuntimeOptions(threads=1))
+    sem = _tiny_cosine()
+    cfg = SDLGConfig(alternatives=3, samples=4)
+    torch_sdlg = SDLG(CausalLM(torch_backend(model), 48), sem, cfg)
+    onnx_sdlg = SDLG(CausalLM(runner_backend(session), 48), sem, cfg)
+    questions = ["where does anna live?", "what is the job of ben?", "what pet does carl have?"]
+    for question in questions:
+        a, b = torch_sdlg.score(question), onnx_sdlg.score(question)
+        assert a.answer == b.answer and a.alternatives == b.alternatives
+        assert a.clusters == b.clusters and a.rows == b.rows
+        assert a.entropy == pytest.approx(b.entropy, abs=1e-4)
+        sa = torch_sdlg.sampling_baselines(question, seed=3)
+        sb = onnx_sdlg.sampling_baselines(question, seed=3)
+        assert sa["samples"] == sb["samples"]
+        assert sa["semantic_entropy"] == pytest.approx(sb["semantic_entropy"], abs=1e-4)
+    assert any(torch_sdlg.score(q).alternatives for q in questions)
