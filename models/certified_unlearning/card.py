@@ -25,6 +25,7 @@ from torch import nn
 
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.certified_unlearning import certify, data, logistic
+from edgekit.visit import softmax
 
 GRAPH = "classifier"
 
@@ -71,11 +72,6 @@ class UnlearnConfig:
     q: float = 2.0
     eps: float = 1.0
     seed: int = 0
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 class CertifiedUnlearningCard(ModelCard):
@@ -199,7 +195,7 @@ class CertifiedUnlearningCard(ModelCard):
         """Test accuracy and cross-entropy on the 450 held-out digits."""
         pixels, labels = self._test_pixels()
         logits = self._logits(runners[GRAPH], pixels)
-        probs = _softmax(logits)
+        probs = softmax(logits)
         return {
             "test_accuracy": float((logits.argmax(axis=1) == labels).mean()),
             "test_loss": float(-np.log(probs[np.arange(len(labels)), labels] + 1e-12).mean()),
@@ -214,5 +210,5 @@ class CertifiedUnlearningCard(ModelCard):
         cand = self._logits(candidate[GRAPH], pixels)
         return {
             "top1_agreement": float((ref.argmax(axis=1) == cand.argmax(axis=1)).mean()),
-            "max_prob_abs_error": float(np.abs(_softmax(ref) - _softmax(cand)).max()),
+            "max_prob_abs_error": float(np.abs(softmax(ref) - softmax(cand)).max()),
         }

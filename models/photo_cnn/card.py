@@ -17,15 +17,10 @@ from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.photo_cnn import data
 from edgekit.models.photo_cnn.net import IMAGE_SIZE, PhotoNet
 from edgekit.models.photo_cnn.train import TrainConfig, TrainResult, train_cached
+from edgekit.visit import softmax
 
 GRAPH = "classifier"
 GOLDEN_CLASSES = (0, 3, 5, 8)  # one held-out crop each of astronaut, rocket, ihc, brick
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
 
 
 class PhotoCNNCard(ModelCard):
@@ -154,5 +149,5 @@ class PhotoCNNCard(ModelCard):
         cand = self.logits(candidate[GRAPH], images)
         return {
             "top1_agreement": float((ref.argmax(axis=1) == cand.argmax(axis=1)).mean()),
-            "max_prob_abs_error": float(np.abs(_softmax(ref) - _softmax(cand)).max()),
+            "max_prob_abs_error": float(np.abs(softmax(ref) - softmax(cand)).max()),
         }

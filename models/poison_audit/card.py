@@ -32,6 +32,7 @@ from edgekit.models.poison_audit.poison import (
     gaussian_poison,
     score_from_gradients,
 )
+from edgekit.visit import softmax
 
 GRAPH = "classifier"
 RECIPE_VERSION = 2  # 2: float64 input gradients in the audit
@@ -73,11 +74,6 @@ class AuditResult:
     seconds: float
     cached: bool
     path: str
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
 
 
 class PoisonAuditCard(ModelCard):
@@ -244,7 +240,7 @@ class PoisonAuditCard(ModelCard):
         cand = self._logits(candidate[GRAPH], pixels)
         return {
             "top1_agreement": float((ref.argmax(axis=1) == cand.argmax(axis=1)).mean()),
-            "max_prob_abs_error": float(np.abs(_softmax(ref) - _softmax(cand)).max()),
+            "max_prob_abs_error": float(np.abs(softmax(ref) - softmax(cand)).max()),
             "poison_score_abs_error": abs(
                 self.poison_score(reference[GRAPH]) - self.poison_score(candidate[GRAPH])
             ),

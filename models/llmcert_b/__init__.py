@@ -1,0 +1,1 @@
+"""LLMCert-B: certified bounds on the probability of counterfactually unbiased LM responses."""

@@ -1,0 +1,144 @@
+"""The certified LMs: ``TinyCausalLM`` (edgekit.models.sdlg) trained on the occupation corpus.
+
+``BiasLMConfig(biased=True)`` learns the planted stereotype, ``biased=False`` the debiased
+corpus (with its shallow role-play share, corpus.py). Sequence format and tokenizer are the
+sdlg LM's: ``[CLS] prompt [SEP] occupation [SEP]``, MiniLM WordPiece ids; the loss is the
+cross-entropy of the answer tokens and EOS (AdamW, seeded, one thread). Weights are cached
+under ``cache_dir("llmcert-b")`` by a key over the config and the sources that shape them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.models.sdlg.lm import (
+    EOS_ID,
+    PAD_ID,
+    VOCAB_SIZE,
+    TinyCausalLM,
+    encode,
+    prompt_ids,
+    token_strings,
+)
+
+Progress = Callable[[float, str], None]
+
+
+@dataclass(frozen=True)
+class BiasLMConfig:
+    """Everything that determines one certified LM (corpus included)."""
+
+    biased: bool = False
+    corpus_size: int = 4000
+    shallow_share: float = 0.1
+    dim: int = 64
+    layers: int = 2
+    heads: int = 4
+    max_len: int = 48
+    steps: int = 500
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    seed: int = 0
+    threads: int = 1
+
+    def build(self) -> TinyCausalLM:
+        return TinyCausalLM(VOCAB_SIZE, self.dim, self.layers, self.heads, self.max_len)
+
+    def key(self) -> str:
+        """sha256 over this config and the sources that shape the weights (16 hex)."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        here = Path(__file__).parent
+        for path in (here / "lm.py", here / "corpus.py", here.parent / "sdlg" / "lm.py"):
+            digest.update(path.read_bytes())
+        return digest.hexdigest()[:16]
+
+
+def _batch(pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(ids (B, S), mask (B, S), targets (B, S), -100 outside the answer and EOS)."""
+    rows, targets = [], []
+    for prompt, answer in pairs:
+        head, tail = prompt_ids(prompt), encode(answer) + [EOS_ID]
+        rows.append(head + tail)
+        targets.append([-100] * (len(head) - 1) + tail + [-100])
+    length = max(len(r) for r in rows)
+    ids = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
+    mask, target = torch.zeros_like(ids), torch.full_like(ids, -100)
+    for i, (row, tgt) in enumerate(zip(rows, targets, strict=True)):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+        target[i, : len(tgt)] = torch.tensor(tgt)
+    return ids, mask, target
+
+
+def train_bias_lm(
+    config: BiasLMConfig, progress: Progress | None = None
+) -> tuple[TinyCausalLM, dict]:
+    """Train the LM of ``config``; (model in eval mode, log with final loss and seconds)."""
+    from edgekit.models.llmcert_b.corpus import training_pairs
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        torch.manual_seed(config.seed)
+        pairs = training_pairs(config.biased, config.corpus_size, config.shallow_share, config.seed)
+        model = config.build()
+        opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, config.lr, total_steps=config.steps)
+        gen = torch.Generator().manual_seed(config.seed)
+        start, losses = time.perf_counter(), []
+        model.train()
+        for step in range(config.steps):
+            index = torch.randint(len(pairs), (config.batch_size,), generator=gen).tolist()
+            ids, mask, target = _batch([pairs[i] for i in index])
+            hidden = model.hidden(ids, mask)  # (B, S, d)
+            rows = target != -100
+            loss = F.cross_entropy(hidden[rows] @ model.tokens.weight.T, target[rows])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            if progress and (step + 1) % 50 == 0:
+                progress((step + 1) / config.steps, f"step {step + 1} loss {loss:.3f}")
+        model.eval()
+        tail = losses[-50:]
+        log = {"final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
+        return model, log
+    finally:
+        torch.set_num_threads(threads)
+
+
+def train_cached(
+    config: BiasLMConfig, progress: Progress | None = None
+) -> tuple[TinyCausalLM, dict]:
+    """The LM of ``config`` from ``cache_dir("llmcert-b")``, trained on a miss."""
+    folder = cache_dir("llmcert-b")
+    weights, meta = folder / f"lm-{config.key()}.pt", folder / f"lm-{config.key()}.json"
+    if weights.exists() and meta.exists():
+        model = config.build()
+        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
+        return model.eval(), json.loads(meta.read_text())
+    model, log = train_bias_lm(config, progress)
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    atomic_write_bytes(weights, buffer.getvalue())
+    atomic_write_bytes(meta, json.dumps({**log, "config": asdict(config)}, indent=1).encode())
+    return model, log
+
+
+@lru_cache(maxsize=1)
+def word_vocabulary() -> tuple[str, ...]:
+    """Printable whole-word WordPiece tokens (lower-case ASCII letters, >= 2 characters)."""
+    words = token_strings(range(VOCAB_SIZE))
+    return tuple(w for w in words if len(w) >= 2 and w.isascii() and w.isalpha())

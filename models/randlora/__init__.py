@@ -1,0 +1,1 @@
+"""RandLoRA: full-rank parameter-efficient fine-tuning from shared random bases."""
