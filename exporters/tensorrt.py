@@ -230,5 +230,9 @@ def export_graph(
 
         calibration = calibration_feeds(graph, card, options.calibration_size)
     engine = Path(out_dir) / f"{graph.name}.{precision}.engine"
-    details = build_engine(Path(onnx_path), engine, precision, examples, options.extra, calibration)
+    extra = dict(options.extra)
+    if card is not None:  # the card's profile shapes, unless the user gave their own
+        for key, value in card.export_extra([graph]).items():
+            extra[key] = {**value, **extra.get(key, {})} if isinstance(value, dict) else value
+    details = build_engine(Path(onnx_path), engine, precision, examples, extra, calibration)
     return Artifact(graph.name, [engine], "tensorrt", precision, details)

@@ -25,7 +25,13 @@ COVERAGE: dict[str, list[str]] = {
     "certified-unlearning": ["onnx-fp32"],
     "poison-audit": ["onnx-fp32"],
     "sae-polysemy": ["onnx-int8"],
+    "sam2-edge": ["onnx-int8"],
     "sdlg": ["onnx-fp32"],
+    "llmcert-b": ["onnx-fp32"],
+    "randlora": ["onnx-fp32"],
+    "spectral-reg": ["onnx-fp32"],
+    "wlks": ["onnx-fp32"],
+    "d3u": ["onnx-fp32"],
 }
 
 

@@ -154,6 +154,11 @@ class ModelCard:
         """Agreement metrics of candidate vs reference on the card's evaluation data."""
         return {}
 
+    def export_extra(self, graphs: list[GraphSpec]) -> dict[str, Any]:
+        """Card defaults for ``ExportOptions.extra`` (e.g. TensorRT profile shapes for dynamic
+        axes: {"trt_max_shapes": {input: shape}}); the user's options override them."""
+        return {}
+
     # ---- experiments -----------------------------------------------------------------------
     #: Cards with a study beyond ``evaluate`` (server-class methods, SAE polysemy) set this to
     #: a method ``experiment(out: Path, show_progress: bool) -> dict``: it prints its tables,

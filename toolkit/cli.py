@@ -106,12 +106,17 @@ def train_cmd(model: Annotated[str, typer.Argument(help="registered model name")
     if result is None:
         _console().print(f"{model}: pretrained, nothing to train")
         return
-    facts = {
+    import dataclasses
+
+    names = [f.name for f in dataclasses.fields(result)] if dataclasses.is_dataclass(result) else []
+    names += [k for k in ("heldout_accuracy", "seconds", "cached", "path") if k not in names]
+    facts = {  # the result's scalar facts (weights, histories and configs left out)
         k: getattr(result, k)
-        for k in ("heldout_accuracy", "seconds", "cached", "path")
-        if hasattr(result, k)
+        for k in names
+        if isinstance(getattr(result, k, None), (int, float, str, bool, Path))
     }
-    _console().print(f"trained {model}: " + ", ".join(f"{k}={v}" for k, v in facts.items()))
+    shown = (f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in facts.items())
+    _console().print(f"trained {model}: " + ", ".join(shown))
 
 
 @app.command("export")
@@ -399,11 +404,10 @@ def eval_cmd(
         typer.Option(help="evaluate this bundle instead of torch (repeat with --ray)"),
     ] = None,
     runtime: Annotated[list[str] | None, typer.Option(help="runtime (repeat with --ray)")] = None,
-    out: Annotated[Path, typer.Option(
-            help="where report.json and plots go (lens; experiments: default out/MODEL)"
-        )] = Path(
-        "out/lens"
-    ),
+    out: Annotated[
+        Path,
+        typer.Option(help="where report.json and plots go (lens; experiments: default out/MODEL)"),
+    ] = Path("out/lens"),
     seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
     env: Annotated[
         list[str] | None,
@@ -485,37 +489,69 @@ def eval_cmd(
 @app.command("run")
 @handle_errors
 def run_cmd(
-    pipeline: Annotated[str, typer.Argument(help="pipeline to run live: lens")],
+    pipeline: Annotated[str, typer.Argument(help="pipeline to run live: lens | sam2-stream")],
     camera: Annotated[
         str,
         typer.Option(
-            help="sim[:seed=1,lighting=dim-room] | v4l2:/dev/video0 | picamera2 | gstreamer:0 | file:DIR"
+            help="sim[:seed=1,lighting=dim-room] | v4l2:/dev/video0 | picamera2 | gstreamer:0 | "
+            "file:DIR; sam2-stream also clip:heldout:N (a synthetic clip with ground truth, "
+            "its default)"
         ),
     ] = "sim",
     model: Annotated[
-        str,
+        str | None,
         typer.Option(
-            help="classifier: a registered model (exported on first use) or a bundle directory"
+            help="a registered model (exported on first use) or a bundle directory "
+            "(default: photo-cnn for lens, sam2-edge for sam2-stream)"
         ),
-    ] = "photo-cnn",
+    ] = None,
     k: Annotated[int, typer.Option("--k", help="lens: candidate captures per decision")] = 6,
-    frames: Annotated[int, typer.Option(help="decisions to make")] = 20,
+    frames: Annotated[int, typer.Option(help="decisions (lens) or frames (sam2-stream)")] = 20,
     log: Annotated[
-        Path, typer.Option(help="JSON-lines decision log (a PNG strip is written beside it)")
+        Path, typer.Option(help="lens: JSON-lines decision log (a PNG strip is written beside it)")
     ] = Path("out/lens-run.jsonl"),
     variant: Annotated[str, typer.Option(help="VisiT variant: top1 | entropy | margin")] = "top1",
     latency_budget: Annotated[
         float | None, typer.Option(help="seconds per decision, shutter times included")
     ] = None,
+    out: Annotated[
+        Path, typer.Option(help="sam2-stream: where stream.mp4, sheet.png, frames.jsonl go")
+    ] = Path("out/sam2-stream"),
+    runtime: Annotated[str | None, typer.Option(help="sam2-stream: runtime")] = None,
+    point: Annotated[
+        list[str] | None, typer.Option(help="sam2-stream: positive click x,y (frame pixels)")
+    ] = None,
+    negative: Annotated[
+        list[str] | None, typer.Option(help="sam2-stream: negative click x,y")
+    ] = None,
+    box: Annotated[str | None, typer.Option(help="sam2-stream: box x0,y0,x1,y1")] = None,
 ) -> None:
-    """Run an on-device pipeline live on a camera and log each decision."""
+    """Run an on-device pipeline live on a camera: Lens logs each decision; sam2-stream draws
+    the tracked masks over every frame (MP4 + PNG sheet) and prints its latency."""
+    if pipeline == "sam2-stream":
+        from edgekit.sam2_run import parse_prompt, run_sam2_stream
+
+        source = "clip:heldout:0" if camera == "sim" and not (point or box) else camera
+        run = run_sam2_stream(
+            source, model or "sam2-edge", frames, out, runtime,
+            parse_prompt(point or [], negative or [], box),
+        )  # fmt: skip
+        summary = run.summary()
+        _console().print(
+            f"sam2-stream on {source}: {summary['frames']} frames, p50 {summary['p50_ms']:.1f} ms, "
+            f"p90 {summary['p90_ms']:.1f} ms ({summary['fps']:.1f} FPS)"
+            + "".join(f", {key} {summary[key]:.1f}" for key in ("J&F", "J", "F") if key in summary)
+        )
+        for name, path in run.files.items():
+            _console().print(f"  {name}: {path}")
+        return
     if pipeline != "lens":
         from edgekit.errors import InputError
 
-        raise InputError(f"unknown pipeline '{pipeline}'; available: lens")
+        raise InputError(f"unknown pipeline '{pipeline}'; available: lens, sam2-stream")
     from edgekit.lens_run import run_lens
 
-    decisions = run_lens(camera, model, k, frames, log, variant, latency_budget)
+    decisions = run_lens(camera, model or "photo-cnn", k, frames, log, variant, latency_budget)
     _console().print(f"{len(decisions)} decisions logged to {log}")
 
 
@@ -553,6 +589,15 @@ def _register_ray_commands() -> None:
 
 
 _register_ray_commands()
+
+
+def _register_sam2_commands() -> None:
+    from edgekit.cli_sam2 import register
+
+    register(app, handle_errors, _console)
+
+
+_register_sam2_commands()
 
 
 def main() -> None:

@@ -160,10 +160,14 @@ def run_demo(
     if daemon_seconds > 0 and deploy:
         from edgekit.demo_daemon import run_daemon_loop
 
-        pipelines = "lens,classify" if "photo-cnn" in deploy else ""
+        pipelines = ["lens", "classify"] if "photo-cnn" in deploy else []
         pairs = {"minilm": DEMO_PAIRS} if "minilm" in deploy else {}
+        benched = tuple(deploy.values())
+        sam2 = sam2_demo_bundle(console)
+        if sam2 is not None:  # tracked live on the daemon's camera, masks drawn on its frames
+            deploy["sam2-edge"], pipelines = sam2, pipelines + ["sam2-stream"]
         summary = run_daemon_loop(
-            deploy, pipelines, out, console, daemon_seconds, tuple(deploy.values()), pairs, threads
+            deploy, ",".join(pipelines), out, console, daemon_seconds, benched, pairs, threads
         )
         failures += int(not summary["stopped_cleanly"]) + summary.get("bench_failed", 0)
         written += [Path(p) for p in summary.get("bench", [])]
@@ -171,6 +175,20 @@ def run_demo(
     console.print("bundles: " + ", ".join(o.bundle for o in outcomes if o.bundle))
     console.print("reports: " + ", ".join(str(p) for p in written))
     return failures
+
+
+def sam2_demo_bundle(console: Any) -> str | None:
+    """The sam2-edge onnx-fp32 bundle (exported and verified into the edgekit cache once), or
+    None with the reason printed when it cannot be built here."""
+    from edgekit.errors import EdgekitError
+
+    try:
+        from edgekit.sam2_run import sam2_bundle
+
+        return str(sam2_bundle("sam2-edge").path)
+    except (EdgekitError, ImportError) as exc:
+        console.print(f"sam2-stream skipped: {exc}")
+        return None
 
 
 def contrib_ops_of(bundle_dir: str) -> list[str]:

@@ -15,12 +15,18 @@ from edgekit.errors import InputError
 BUILTIN_CARDS: dict[str, str] = {
     "bingoguard": "edgekit.models.bingoguard.card:BingoGuardCard",
     "certified-unlearning": "edgekit.models.certified_unlearning.card:CertifiedUnlearningCard",
+    "d3u": "edgekit.models.d3u.card:D3UCard",
+    "llmcert-b": "edgekit.models.llmcert_b.card:LLMCertBCard",
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
     "poison-audit": "edgekit.models.poison_audit.card:PoisonAuditCard",
+    "randlora": "edgekit.models.randlora.card:RandLoRACard",
     "sae-polysemy": "edgekit.models.sae_polysemy.card:SAEPolysemyCard",
+    "sam2-edge": "edgekit.models.sam2_edge.card:SAM2EdgeCard",
     "sdlg": "edgekit.models.sdlg.card:SDLGCard",
+    "spectral-reg": "edgekit.models.spectral_reg.card:SpectralRegCard",
+    "wlks": "edgekit.models.wlks.card:WLKSCard",
 }
 
 _REGISTERED: dict[str, type[ModelCard]] = {}

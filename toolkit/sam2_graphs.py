@@ -217,6 +217,23 @@ DYNAMIC_AXES: dict[str, dict[str, dict[int, str]]] = {
 }
 
 
+def tensorrt_max_shapes(
+    specs: list, num_maskmem: int, max_obj_ptrs: int, max_points: int = 16
+) -> dict[str, list[int]]:
+    """TensorRT profile maxima for the dynamic axes of a graph set (``GraphSpec`` list): F up
+    to ``num_maskmem``, P up to ``max_obj_ptrs``, N up to ``max_points`` (the minima are 1, the
+    optimum the example). Goes into ``ExportOptions.extra["trt_max_shapes"]``."""
+    limits = {"F": num_maskmem, "P": max_obj_ptrs, "N": max_points}
+    out: dict[str, list[int]] = {}
+    for spec in specs:
+        for name, axes in DYNAMIC_AXES.get(spec.name, {}).items():
+            shape = list(spec.example_inputs[name].shape)
+            for axis, symbol in axes.items():
+                shape[axis] = max(limits[symbol], shape[axis])
+            out[name] = shape
+    return out
+
+
 def input_names(graph: str) -> list[str]:
     """Input names of ``graph`` in the order an exported graph declares them."""
     return [t.name for t in _contract(GRAPH_INPUTS, graph)]

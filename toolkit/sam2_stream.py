@@ -615,14 +615,14 @@ def graph_set_from_files(
     backend = get_runtime(runtime)
     options = RuntimeOptions(threads=threads)
     graphs = {
-        name: _contract_names(name, backend.load(Path(path), "cpu", options))
+        name: with_contract_names(name, backend.load(Path(path), "cpu", options))
         for name, path in files.items()
     }
     G.check_graph_set(graphs)
     return graphs
 
 
-def _contract_names(graph: str, session: Any) -> GraphFn:
+def with_contract_names(graph: str, session: Any) -> GraphFn:
     """``session.run``, its outputs keyed by the contract's names.
 
     OpenVINO folds an output that is a constant (``image_pos``, ``mem_pos``) into an internal

@@ -1,0 +1,235 @@
+"""Training recipe of sam2-edge, with the weights cached under ``cache_dir("sam2-edge")``.
+
+Every step tracks a fresh batch of synthetic training clips (``clips.make_clip("train", i)``)
+with the streaming recipe of ``rollout.py``: frame 0 prompted (click, clicks, box or mask),
+later frames from memory. AdamW with a one-cycle schedule, gradient clipping, seeded: the same
+config on the same machine and thread count gives the same weights. The cache key hashes the
+config and the source of every file the weights depend on, so any recipe change retrains.
+
+Torch runs on one thread by default while a helper thread renders the next step's clips on the
+second core: on a 2-core machine shared with other work, a 2-thread torch step was measured 5-8x
+slower than a 1-thread one (its threads wait on each other whenever one is descheduled).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.models.sam2_edge import (
+    clips,
+    config,
+    decoder,
+    encoder,
+    layers,
+    memory,
+    model,
+    prompts,
+    rollout,
+)
+from edgekit.models.sam2_edge.config import EdgeConfig
+from edgekit.models.sam2_edge.model import EdgeSAM2
+from edgekit.progress import step_progress
+
+Progress = Callable[[float, str], None]
+CACHE_NAME = "sam2-edge"
+PROGRESS_EVERY = 10  # training steps per tick of the progress bar
+MAX_STRIDE = 3  # training windows take every 1st, 2nd or 3rd frame of a long clip
+_SOURCES = (clips, config, decoder, encoder, layers, memory, model, prompts, rollout)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything that determines the trained weights."""
+
+    steps: int = 2000
+    clips_per_step: int = 4
+    frames: int = 8  # frames per clip: the prompted one + 7 tracked, so every memory slot is used
+    max_items: int = 8  # (clip, object) pairs per step
+    source_frames: int = 24  # render training clips this long and take `frames` of them
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 1  # torch threads; the clip generator for the next step runs beside them
+    arch: EdgeConfig = field(default_factory=EdgeConfig)
+
+    def key(self) -> str:
+        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
+        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
+        for module in _SOURCES:
+            digest.update(Path(module.__file__).read_bytes())
+        digest.update(Path(__file__).read_bytes())
+        return digest.hexdigest()[:16]
+
+
+@dataclass
+class TrainResult:
+    """Trained weights and what it took: seconds, final (smoothed) loss, loss history."""
+
+    state_dict: dict[str, torch.Tensor]
+    config: TrainConfig
+    seconds: float
+    final_loss: float
+    losses: list[float]
+    cached: bool = False
+    path: Path | None = None
+
+    def build(self) -> EdgeSAM2:
+        """The network with these weights, in eval mode."""
+        net = EdgeSAM2(self.config.arch)
+        net.load_state_dict(self.state_dict)
+        return net.eval()
+
+
+def weights_path(config: TrainConfig) -> Path:
+    """Where the weights for ``config`` are (or will be) cached."""
+    return cache_dir(CACHE_NAME) / f"sam2-edge-{config.key()}.pt"
+
+
+def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
+    """The clips of one step: training clips step * clips_per_step ... (deterministic).
+
+    With ``source_frames`` > ``frames`` each clip is rendered that long and ``frames`` frames
+    are taken from it at a seeded start with a seeded stride (1, 2 or 3, as far as it fits):
+    stride 1 has the per-frame motion of long clips, larger strides contain whole events
+    (an object hidden and back, two objects crossing) in one training window. Objects not
+    visible on the first frame taken are skipped.
+    """
+    first = step * config.clips_per_step
+    length = max(config.frames, config.source_frames)
+    batch = []
+    for i in range(config.clips_per_step):
+        clip = clips.make_clip("train", first + i, frames=length, size=config.arch.image_size)
+        if length > config.frames:
+            rng = np.random.default_rng([config.seed, first + i])
+            widest = min(MAX_STRIDE, (length - 1) // (config.frames - 1))
+            stride = int(rng.integers(1, widest + 1))
+            span = (config.frames - 1) * stride + 1
+            start = int(rng.integers(0, length - span + 1))
+            taken = slice(start, start + span, stride)
+            clip = replace(clip, frames=clip.frames[taken], masks=clip.masks[taken])
+        batch.append(clip)
+    return rollout.make_batch(batch, config.max_items)
+
+
+def train_model(
+    config: TrainConfig, progress: Progress | None = None, show_progress: bool = False
+) -> TrainResult:
+    """Train EdgeSAM2 from scratch under ``config`` (no cache involved).
+
+    ``progress(fraction, message)`` is called every few steps; ``show_progress`` draws a bar on
+    stderr (edgekit.progress) advancing every PROGRESS_EVERY steps.
+    """
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    chunks = -(-config.steps // PROGRESS_EVERY)
+    try:
+        with step_progress("train sam2-edge", chunks, show_progress) as bar:
+            torch.manual_seed(config.seed)
+            rng = np.random.default_rng(config.seed)
+            net = EdgeSAM2(config.arch)
+            optimizer = torch.optim.AdamW(
+                net.parameters(), lr=config.lr, weight_decay=config.weight_decay
+            )
+            schedule = torch.optim.lr_scheduler.OneCycleLR(
+                optimizer, max_lr=config.lr, total_steps=config.steps, pct_start=0.1
+            )
+            started = time.perf_counter()
+            losses: list[float] = []
+            ema = None
+            net.train()
+            prefetch = ThreadPoolExecutor(max_workers=1)  # makes the next step's clips
+            upcoming = prefetch.submit(training_batch, config, 0)
+            for step in range(config.steps):
+                batch = upcoming.result()
+                if step + 1 < config.steps:
+                    upcoming = prefetch.submit(training_batch, config, step + 1)
+                loss, parts = rollout.rollout_loss(net, batch, rng)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(net.parameters(), config.grad_clip)
+                optimizer.step()
+                schedule.step()
+                value = float(loss.detach())
+                losses.append(value)
+                ema = value if ema is None else 0.95 * ema + 0.05 * value
+                message = (
+                    f"step {step + 1}/{config.steps} loss {ema:.3f} "
+                    f"(prompted {parts['prompted']:.2f}, tracked {parts['tracked']:.2f})"
+                )
+                if step % PROGRESS_EVERY == 0:
+                    bar(message)
+                if progress and (step % 5 == 0 or step == config.steps - 1):
+                    progress((step + 1) / config.steps, message)
+            seconds = time.perf_counter() - started
+            prefetch.shutdown()
+    finally:
+        torch.set_num_threads(previous_threads)
+    net.eval()
+    state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return TrainResult(state, config, seconds, float(ema or 0.0), losses)
+
+
+def _save(result: TrainResult, path: Path) -> None:
+    buffer = io.BytesIO()
+    meta: dict[str, Any] = {
+        "config": asdict(result.config),
+        "seconds": result.seconds,
+        "final_loss": result.final_loss,
+        "losses": result.losses,
+        "torch": str(torch.__version__),
+    }
+    torch.save({"state_dict": result.state_dict, "meta": meta}, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_cached(config: TrainConfig, path: Path | None = None) -> TrainResult | None:
+    """The cached weights of ``config`` (or at ``path``), or None when absent or unreadable."""
+    path = path or weights_path(config)
+    if not path.is_file():
+        return None
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+        meta = blob["meta"]
+        return TrainResult(
+            blob["state_dict"],
+            config,
+            float(meta["seconds"]),
+            float(meta["final_loss"]),
+            [float(v) for v in meta["losses"]],
+            cached=True,
+            path=path,
+        )
+    except Exception:  # a corrupt or foreign file: retrain and overwrite it
+        return None
+
+
+def train_cached(
+    config: TrainConfig | None = None,
+    progress: Progress | None = None,
+    force: bool = False,
+    show_progress: bool = True,
+) -> TrainResult:
+    """Load the cached weights of ``config`` or train them (and cache them atomically)."""
+    config = config or TrainConfig()
+    path = weights_path(config)
+    if not force:
+        cached = load_cached(config, path)
+        if cached is not None:
+            return cached
+    result = train_model(config, progress, show_progress)
+    _save(result, path)
+    result.path = path
+    return result

@@ -1,0 +1,198 @@
+"""sam2-edge: graph I/O against the SAM 2 contract, shapes, streaming, and training steps.
+
+Everything runs on a small configuration (128x128 input) with random or briefly trained
+weights so the whole file stays fast on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from edgekit import sam2_graphs as contract
+from edgekit.models.sam2_edge import clips as C
+from edgekit.models.sam2_edge import rollout
+from edgekit.models.sam2_edge.config import EdgeConfig
+from edgekit.models.sam2_edge.graphs import (
+    contract_dims,
+    example_inputs,
+    graph_modules,
+    torch_graph_set,
+)
+from edgekit.models.sam2_edge.model import EdgeSAM2, parameter_count
+from edgekit.models.sam2_edge.train import TrainConfig, load_cached, train_cached, train_model
+from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig
+
+SMALL = EdgeConfig(image_size=128)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Small graphs run fastest on one thread, and stay fast when the CPU is shared."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def model() -> EdgeSAM2:
+    torch.manual_seed(0)
+    return EdgeSAM2(SMALL).eval()
+
+
+def test_default_model_is_compact() -> None:
+    count = parameter_count(EdgeSAM2())
+    assert 200_000 < count < 3_000_000
+
+
+def test_every_graph_matches_the_contract(model: EdgeSAM2) -> None:
+    dims = contract_dims(model)
+    assert dims == {"S": 128, "C": 64, "Cm": 64, "h": 8, "w": 8, "hm": 8, "wm": 4}
+    graphs = torch_graph_set(model)
+    assert set(graphs) == set(contract.GRAPH_NAMES)
+    for name, inputs in example_inputs(model, num_frames=3, num_ptrs=5, num_points=4).items():
+        assert list(inputs) == contract.input_names(name)
+        for spec in contract.GRAPH_INPUTS[name]:
+            assert str(inputs[spec.name].numpy().dtype) == spec.dtype
+            assert tuple(inputs[spec.name].shape) == spec.resolve({**dims, "F": 3, "P": 5, "N": 4})
+        out = graphs[name]({k: v.numpy() for k, v in inputs.items()})
+        contract.check_outputs(name, out, dims)
+
+
+def test_memory_pos_does_not_depend_on_inputs(model: EdgeSAM2) -> None:
+    module = graph_modules(model)[contract.MEMORY_ENCODER]
+    inputs = example_inputs(model)[contract.MEMORY_ENCODER]
+    with torch.inference_mode():
+        _, pos_a = module(*inputs.values())
+        other = {k: torch.randn_like(v) for k, v in inputs.items()}
+        feats_b, pos_b = module(*other.values())
+    assert torch.equal(pos_a, pos_b)
+    assert feats_b.shape == (1, 64, *SMALL.memory_grid)
+
+
+def test_no_object_score_mixes_in_the_no_object_pointer(model: EdgeSAM2) -> None:
+    inputs = example_inputs(model)[contract.MASK_DECODER]
+    with torch.inference_mode():
+        _, _, ptrs, score = model.decode(*inputs.values())
+    expected = model.no_obj_ptr.expand_as(ptrs)
+    assert torch.equal(ptrs, expected) == bool(score.item() <= 0)
+
+
+def test_memory_attention_accepts_any_memory_length(model: EdgeSAM2) -> None:
+    graph = graph_modules(model)[contract.MEMORY_ATTENTION]
+    for frames, ptrs in ((1, 1), (7, 16)):
+        inputs = example_inputs(model, num_frames=frames, num_ptrs=ptrs)[contract.MEMORY_ATTENTION]
+        with torch.inference_mode():
+            out = graph(*inputs.values())
+        assert out.shape == (1, 64, 8, 8)
+
+
+def test_streaming_predictor_runs_the_graph_set(model: EdgeSAM2) -> None:
+    clip = C.make_clip("heldout", 1, frames=4, size=128)
+    stream = SAM2Stream(torch_graph_set(model), StreamConfig(image_size=128))
+    result = stream.start(clip.frames[0], {1: Prompt(points=[[60, 60]], labels=[1])})
+    for frame in clip.frames[1:]:
+        result = stream.track(frame)
+    assert result.masks[1].shape == (128, 128) and result.masks[1].dtype == bool
+    assert stream.memory_stats()[1]["recent_frames"] == 3
+    result = stream.add_prompt(1, Prompt(mask=clip.masks[-1, 0]))
+    assert result.object_scores[1] > 0
+
+
+def _tiny_config(steps: int) -> TrainConfig:
+    return TrainConfig(
+        steps=steps, clips_per_step=2, frames=3, max_items=3, lr=3e-3, threads=1, arch=SMALL
+    )
+
+
+def test_training_steps_reduce_the_loss_on_a_fixed_batch() -> None:
+    torch.manual_seed(0)
+    net = EdgeSAM2(SMALL)
+    batch = rollout.make_batch([C.make_clip("train", i, frames=3, size=128) for i in range(2)], 3)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(6):
+        loss, parts = rollout.rollout_loss(net, batch, np.random.default_rng(0))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        assert set(parts) == {"prompted", "tracked", "masks"}
+    assert losses[-1] < 0.8 * losses[0]
+
+
+def test_training_is_deterministic_and_cached(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    config = _tiny_config(2)
+    first = train_cached(config, show_progress=False)
+    assert not first.cached and first.path is not None and first.path.is_relative_to(tmp_path)
+    again = train_model(config)
+    for key, value in first.state_dict.items():
+        assert torch.equal(value, again.state_dict[key]), key
+    cached = load_cached(config)
+    assert cached is not None and cached.cached
+    assert torch.equal(cached.state_dict["no_mem_embed"], first.state_dict["no_mem_embed"])
+    assert _tiny_config(3).key() != config.key()
+
+
+def test_card_golden_inputs_are_recorded_stream_feeds() -> None:
+    from edgekit.models.sam2_edge.card import GOLDEN_FRAME, SAM2EdgeCard
+
+    card = SAM2EdgeCard()
+    card._model = EdgeSAM2().eval()  # random weights: no training in a unit test
+    golden = card.golden_inputs()
+    assert set(golden) == set(contract.GRAPH_NAMES)
+    for name, feeds in golden.items():
+        assert list(feeds) == contract.input_names(name)
+    memory = golden[contract.MEMORY_ATTENTION]
+    assert memory["mem_feats"].shape == (GOLDEN_FRAME, 64, 10, 8)  # prompted + 4 recent
+    assert memory["mem_tpos_idx"].tolist() == [6, 3, 2, 1, 0]
+    assert [spec.name for spec in card.graphs()] == list(contract.GRAPH_NAMES)
+
+
+def test_training_rollout_is_exactly_the_streaming_predictor() -> None:
+    """Same prompts, same memory rules: the rollout's chosen logits equal the stream's."""
+    net = EdgeSAM2(SMALL).eval()
+    with torch.no_grad():  # make the object visible so the masks are not all "no object"
+        net.mask_decoder.obj_head.layers[-1].bias += 10.0
+    clip = C.make_clip("heldout", 5, frames=10, size=128)
+    batch = rollout.make_batch([clip], 4)
+    with torch.no_grad():
+        _, parts = rollout.rollout_loss(net, batch, np.random.default_rng(0), mode="mask")
+    config = StreamConfig(image_size=128, memory_dtype="float32")
+    stream = SAM2Stream(torch_graph_set(net), config)
+    prompts = {oid: Prompt(mask=clip.masks[0, k]) for k, oid in enumerate(clip.object_ids)}
+    for t, frame in enumerate(clip.frames):
+        result = stream.start(frame, prompts) if t == 0 else stream.track(frame)
+        for k, (_, obj) in enumerate(batch.items):
+            got = result.low_res_logits[clip.object_ids[obj]]
+            np.testing.assert_allclose(got, parts["masks"][k, t].numpy(), atol=1e-4)
+
+
+def test_tensorrt_profiles_cover_the_memory_bank(model: EdgeSAM2) -> None:
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard
+    from edgekit.models.sam2_edge.graphs import graph_specs
+
+    specs = graph_specs(model)
+    extra = SAM2EdgeCard().export_extra(specs)
+    maxima = extra["trt_max_shapes"]
+    assert maxima["mem_feats"][0] == 7 and maxima["mem_tpos_idx"] == [7]
+    assert maxima["obj_ptrs"][0] == 16 and maxima["point_labels"] == [1, 16]
+    assert "image" not in maxima  # static inputs keep their one shape
+    example = list(specs[1].example_inputs["mem_feats"].shape)
+    assert maxima["mem_feats"][1:] == example[1:]  # only the memory axis grows
+
+
+def test_packaged_weights_are_the_default_recipe() -> None:
+    """The weights shipped in the package are named by the default recipe's cache key, so a
+    changed recipe or model source can never load stale weights."""
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard, packaged_weights
+
+    path = packaged_weights(TrainConfig())
+    assert path.is_file(), f"no packaged weights for the default recipe at {path}"
+    result = SAM2EdgeCard().train()
+    assert result.path == path and result.cached
+    net = result.build()
+    assert parameter_count(net) == parameter_count(EdgeSAM2())
