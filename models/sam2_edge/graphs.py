@@ -2,8 +2,10 @@
 
 Each module wraps one EdgeSAM2 method with the contract's input order, batch 1 and output
 names, so the same streaming predictor (edgekit.sam2_stream) runs sam2-edge and the official
-SAM 2.1 alike. Contract dimensions at 256x256: S 256, C 64, Cm 64, h = w = 16, and the memory
-grid hm x wm = 10 x 8 (8 rows of pooled tokens + 2 rows of global latents per memory frame).
+SAM 2.1 alike; the decoder, memory-encoder and mask-prompt wrappers are SAM 2.1's own (the
+methods they call have the same signatures). Contract dimensions at 256x256: S 256, C 64,
+Cm 64, h = w = 16, and the memory grid hm x wm = 10 x 8 (8 rows of pooled tokens + 2 rows of
+global latents per memory frame).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from torch import nn
 
 from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec
+from edgekit.models.sam2.graphs import MaskDecoderGraph, MaskPromptGraph, MemoryEncoderGraph
 from edgekit.models.sam2_edge.model import EdgeSAM2
 
 
@@ -49,57 +52,6 @@ class MemoryAttentionGraph(nn.Module):
         return self.model.condition_on_memory(
             image_embed, image_pos, mem_feats, mem_pos, mem_tpos_idx, obj_ptrs[None], obj_ptr_tpos
         )
-
-
-class MaskDecoderGraph(nn.Module):
-    """pix_feat, feat_s0, feat_s1, point_coords, point_labels, mask_input, has_mask_input ->
-    low_res_masks, iou_pred, obj_ptrs, object_score_logits."""
-
-    def __init__(self, model: EdgeSAM2) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self,
-        pix_feat: torch.Tensor,
-        feat_s0: torch.Tensor,
-        feat_s1: torch.Tensor,
-        point_coords: torch.Tensor,
-        point_labels: torch.Tensor,
-        mask_input: torch.Tensor,
-        has_mask_input: torch.Tensor,
-    ) -> tuple[torch.Tensor, ...]:
-        return self.model.decode(
-            pix_feat, feat_s0, feat_s1, point_coords, point_labels, mask_input, has_mask_input
-        )
-
-
-class MemoryEncoderGraph(nn.Module):
-    """image_embed, mask_logits, binarize, object_score_logits -> mem_feats, mem_pos."""
-
-    def __init__(self, model: EdgeSAM2) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(
-        self,
-        image_embed: torch.Tensor,
-        mask_logits: torch.Tensor,
-        binarize: torch.Tensor,
-        object_score_logits: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.model.encode_memory(image_embed, mask_logits, binarize, object_score_logits)
-
-
-class MaskPromptGraph(nn.Module):
-    """mask (1, 1, S, S) in {0, 1} -> mask_input (1, 1, 4h, 4w)."""
-
-    def __init__(self, model: EdgeSAM2) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, mask: torch.Tensor) -> torch.Tensor:
-        return self.model.mask_prompt_input(mask)
 
 
 GRAPH_CLASSES: dict[str, type[nn.Module]] = {
