@@ -138,7 +138,8 @@ def test_training_is_deterministic_and_cached(tmp_path, monkeypatch) -> None:
 
 
 def test_card_golden_inputs_are_recorded_stream_feeds() -> None:
-    from edgekit.models.sam2_edge.card import GOLDEN_FRAME, SAM2EdgeCard
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard
+    from edgekit.models.sam2_edge.stream_card import GOLDEN_FRAME
 
     card = SAM2EdgeCard()
     card._model = EdgeSAM2().eval()  # random weights: no training in a unit test

@@ -59,6 +59,29 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     return parse_input_shapes(items or [])
 
 
+def _parse_options(items: list[str] | None) -> dict[str, Any]:
+    """Card options from repeated ``--option KEY=VALUE``: VALUE is read as JSON when it parses
+    (true, 3, 0.5, "x") and kept as text otherwise (paths)."""
+    from edgekit.errors import InputError
+
+    options: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--option takes KEY=VALUE (e.g. checkpoint=ckpt.pt), got {item!r}")
+        try:
+            options[key.strip()] = json.loads(value)
+        except ValueError:
+            options[key.strip()] = value
+    return options
+
+
+OptionsArg = Annotated[
+    list[str] | None,
+    typer.Option("--option", help="card option KEY=VALUE (repeat), e.g. checkpoint=PATH"),
+]
+
+
 @app.command("models")
 @handle_errors
 def models_cmd() -> None:
@@ -98,11 +121,13 @@ def runtimes_cmd() -> None:
 
 @app.command("train")
 @handle_errors
-def train_cmd(model: Annotated[str, typer.Argument(help="registered model name")]) -> None:
+def train_cmd(
+    model: Annotated[str, typer.Argument(help="registered model name")], option: OptionsArg = None
+) -> None:
     """Train a model's compact variant in-repo (cached under ~/.cache/edgekit)."""
     from edgekit.registry import get_card
 
-    result = get_card(model).train()
+    result = get_card(model, **_parse_options(option)).train()
     if result is None:
         _console().print(f"{model}: pretrained, nothing to train")
         return
@@ -160,13 +185,14 @@ def export_cmd(
         bool, typer.Option(help="verify against the torch reference before writing")
     ] = True,
     threads: Annotated[int | None, typer.Option(help="threads for verification sessions")] = None,
+    option: OptionsArg = None,
 ) -> None:
     """Export MODEL to one or more targets as verified bundles."""
     from edgekit.build import build_bundle
     from edgekit.exporters import ExportOptions, Target
     from edgekit.sources import card_from_spec
 
-    card = card_from_spec(model, _parse_shapes(input_shape))
+    card = card_from_spec(model, _parse_shapes(input_shape), **_parse_options(option))
     options = ExportOptions(
         opset,
         int8_mode,
@@ -431,6 +457,7 @@ def eval_cmd(
         Path | None,
         typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
     ] = None,
+    option: OptionsArg = None,
 ) -> None:
     """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
     With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
@@ -458,7 +485,12 @@ def eval_cmd(
     from edgekit.registry import get_card
     from edgekit.verify import reference_runners
 
-    card = get_card(model)
+    options = _parse_options(option)
+    if bundle is not None and not options:  # the options the bundle was exported with
+        from edgekit.bundle import Bundle
+
+        options = dict(Bundle.load(bundle).manifest.get("source", {}).get("options") or {})
+    card = get_card(model, **options)
     if bundle is None and judge is None and card.experiment is not None:
         card.experiment(out if out != Path("out/lens") else Path("out") / model, True)
         return

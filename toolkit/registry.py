@@ -23,6 +23,7 @@ BUILTIN_CARDS: dict[str, str] = {
     "poison-audit": "edgekit.models.poison_audit.card:PoisonAuditCard",
     "randlora": "edgekit.models.randlora.card:RandLoRACard",
     "sae-polysemy": "edgekit.models.sae_polysemy.card:SAEPolysemyCard",
+    "sam2": "edgekit.models.sam2.card:SAM21Card",
     "sam2-edge": "edgekit.models.sam2_edge.card:SAM2EdgeCard",
     "sdlg": "edgekit.models.sdlg.card:SDLGCard",
     "spectral-reg": "edgekit.models.spectral_reg.card:SpectralRegCard",

@@ -164,11 +164,15 @@ def example_inputs(
     }
 
 
-def graph_specs(model: SAM2Model, include_mask_prompt: bool = True) -> list[GraphSpec]:
+def graph_specs(
+    model: SAM2Model,
+    include_mask_prompt: bool = True,
+    examples: dict[str, dict[str, torch.Tensor]] | None = None,
+) -> list[GraphSpec]:
     """The contract graphs of ``model`` as GraphSpecs (example inputs, output names, dynamic axes)
-    for ``edgekit.exporters.onnx.export_onnx``."""
+    for the exporters; ``examples`` overrides the random example inputs per graph."""
     modules = graph_modules(model)
-    examples = example_inputs(model)
+    examples = {**example_inputs(model), **(examples or {})}
     names = contract.GRAPH_NAMES if include_mask_prompt else contract.REQUIRED_GRAPHS
     return [
         GraphSpec(

@@ -1,0 +1,207 @@
+"""What every SAM 2 card shares: golden feeds, calibration, held-out J&F and rollout parity.
+
+A SAM 2 card (sam2-edge, the official SAM 2.1 sizes) exports the five graphs of the SAM 2 graph
+contract (edgekit.sam2_graphs) and is measured through the streaming predictor
+(edgekit.sam2_stream) on the synthetic clips of ``clips.py``: frames are resized to the model's
+input size by the stream, so one benchmark serves every input size. Subclasses give the torch
+graph set, the GraphSpecs and the input size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from edgekit import sam2_graphs as contract
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.errors import InputError
+from edgekit.models.sam2_edge import clips as C
+from edgekit.models.sam2_edge import evaluation
+
+GOLDEN_CLIP = ("heldout", 2)  # a crossing clip: two objects, memory filling up
+GOLDEN_FRAME = 5  # the frame whose graph feeds are the golden inputs (5 memory frames)
+PARITY_CLIPS = 3  # held-out clips tracked by both graph sets for rollout parity
+
+
+class _Recorder:
+    """Wraps a graph callable; keeps a copy of every feed it is called with."""
+
+    def __init__(self, fn: Callable, store: list[Feeds]) -> None:
+        self.fn, self.store = fn, store
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        self.store.append({k: np.array(v, copy=True) for k, v in feeds.items()})
+        return self.fn(feeds)
+
+
+def record_feeds(
+    graphs: Mapping[str, Callable], clips: list[C.Clip], image_size: int | None = None
+) -> dict[str, list[Feeds]]:
+    """Track ``clips`` (first-mask prompts, plus one mask correction per clip) with ``graphs``
+    at ``image_size`` (default: the clips' size); return every feed each graph received, in
+    call order."""
+    from edgekit.sam2_stream import Prompt, SAM2Stream
+
+    store: dict[str, list[Feeds]] = {name: [] for name in graphs}
+    recorded = {name: _Recorder(fn, store[name]) for name, fn in graphs.items()}
+    size = image_size or clips[0].frames.shape[1]
+    stream = SAM2Stream(recorded, evaluation.stream_config(size))
+    for clip in clips:
+        evaluation.track_clip(stream, clip)
+        if contract.MASK_PROMPT in graphs:
+            stream.add_prompt(clip.object_ids[0], Prompt(mask=clip.masks[-1, 0]))
+    return store
+
+
+class StreamingSAM2Card(ModelCard):
+    """Base of the SAM 2 cards: subclasses implement ``torch_graphs``, ``specs`` and
+    ``image_size``; everything measured goes through SAM2Stream on the synthetic clips."""
+
+    task: ClassVar[str] = "video-object-segmentation"
+    primary_metric: ClassVar[str | None] = "J&F"
+    # rollout parity (edgekit.sam2_stream.rollout_parity) over PARITY_CLIPS held-out clips:
+    # the exported graph set tracks every object the way torch does, frame after frame
+    agreement_floors: ClassVar[dict[str, float]] = {"rollout_mean_iou": 0.9}
+    tolerances: ClassVar[dict[str, Tolerance]] = {
+        "fp32": Tolerance(atol=2e-3, rtol=1e-3),  # mask logits span about +-30
+        "fp16": Tolerance(atol=5e-2, rtol=2e-2),
+        "int8": Tolerance(atol=2.0, rtol=0.2),
+    }
+    num_maskmem: ClassVar[int] = 7
+    max_obj_ptrs: ClassVar[int] = 16
+    #: card options that shrink the held-out set (the default is evaluation.HELDOUT_*)
+    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames")
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._golden: dict[str, Feeds] | None = None
+
+    # ---- what a subclass gives ---------------------------------------------------------------
+    @property
+    def image_size(self) -> int:
+        """The square input size S of the image_encoder graph."""
+        raise NotImplementedError
+
+    def torch_graphs(self) -> dict[str, Callable]:
+        """The contract graphs on torch (graph name -> feeds -> outputs)."""
+        raise NotImplementedError
+
+    def specs(self, examples: dict[str, dict[str, torch.Tensor]]) -> list[GraphSpec]:
+        """The contract graphs as GraphSpecs with ``examples`` as their example inputs."""
+        raise NotImplementedError
+
+    # ---- what to build -------------------------------------------------------------------
+    def graphs(self) -> list[GraphSpec]:
+        """The five contract graphs; example inputs are the golden (recorded, real) feeds."""
+        examples = {
+            name: {k: torch.from_numpy(v) for k, v in feeds.items()}
+            for name, feeds in self.golden_inputs().items()
+        }
+        return self.specs(examples)
+
+    # ---- real data ---------------------------------------------------------------------------
+    def golden_inputs(self) -> dict[str, Feeds]:
+        """Per graph, the feeds it got on frame GOLDEN_FRAME of a held-out clip (the mask prompt
+        graph: its one call), recorded from the torch stream."""
+        if self._golden is None:
+            split, index = GOLDEN_CLIP
+            clip = C.make_clip(split, index, frames=GOLDEN_FRAME + 1)
+            store = record_feeds(self.torch_graphs(), [clip], self.image_size)
+            k = len(clip.object_ids)
+            picks = {
+                contract.IMAGE_ENCODER: GOLDEN_FRAME,
+                contract.MEMORY_ATTENTION: (GOLDEN_FRAME - 1) * k,
+                contract.MASK_DECODER: GOLDEN_FRAME * k,
+                contract.MEMORY_ENCODER: GOLDEN_FRAME * k,
+                contract.MASK_PROMPT: 0,
+            }
+            self._golden = {name: store[name][i] for name, i in picks.items()}
+        return self._golden
+
+    def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
+        """Per graph, up to ``limit`` feeds recorded while tracking training clips."""
+        clips = C.clip_set("train", 6, frames=12, start=10_000)
+        store = record_feeds(self.torch_graphs(), clips, self.image_size)
+        out = {}
+        for name, feeds in store.items():
+            step = max(1, len(feeds) // limit)
+            out[name] = feeds[::step][:limit]
+        return out
+
+    def preprocessing(self) -> dict[str, Any]:
+        s = self.image_size
+        return {
+            "color": "RGB",
+            "layout": "NCHW",
+            "resize": [s, s],
+            "resize_method": "bilinear, anti-aliased (edgekit.sam2_stream)",
+            "scale": "divide 8-bit values by 255 -> float32 in [0, 1]",
+            "normalize": "ImageNet mean/std inside the image_encoder graph",
+            "pipeline": "edgekit.sam2_stream.SAM2Stream",
+            "stream_config": {
+                "image_size": s,
+                "num_maskmem": self.num_maskmem,
+                "max_obj_ptrs": self.max_obj_ptrs,
+            },
+            "output": {
+                "name": "low_res_masks",
+                "postprocess": "pick a mask as the stream does, upsample bilinearly, > 0",
+            },
+        }
+
+    # ---- measuring -------------------------------------------------------------------------
+    def heldout(self) -> tuple[C.Clip, ...]:
+        """The held-out clips this card is measured on: options ``eval_clips`` (default
+        evaluation.HELDOUT_CLIPS) and ``eval_frames`` (default evaluation.HELDOUT_FRAMES)."""
+        count = int(self.options.get("eval_clips", evaluation.HELDOUT_CLIPS))
+        frames = int(self.options.get("eval_frames", evaluation.HELDOUT_FRAMES))
+        if count < 1 or frames < 3:
+            raise InputError(f"eval_clips must be >= 1 and eval_frames >= 3, got {count}, {frames}")
+        return evaluation.heldout_clips(count, frames)
+
+    def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
+        """Held-out J&F / J / F (percent; first-frame mask prompts as DAVIS / SA-V; per motion
+        case; and from one click) through the streaming predictor, and 1-click / 5-click mIoU
+        (percent) on first frames."""
+        graphs = {name: runner.run for name, runner in runners.items()}
+        return evaluation.evaluate_graphs(graphs, self.heldout(), self.image_size)
+
+    def export_extra(self, graphs: list[GraphSpec]) -> dict[str, Any]:
+        """TensorRT profiles: memory frames up to num_maskmem, pointers up to max_obj_ptrs."""
+        return {
+            "trt_max_shapes": contract.tensorrt_max_shapes(
+                graphs, self.num_maskmem, self.max_obj_ptrs
+            )
+        }
+
+    def agreement(
+        self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
+    ) -> dict[str, float]:
+        """Rollout parity over PARITY_CLIPS held-out clips (every object prompted by its
+        frame-0 mask, then tracked): mean and minimum per-frame mask IoU of candidate vs
+        reference, and the largest low-res logit drift."""
+        from edgekit.sam2_stream import rollout_parity
+
+        ious, drift = [], []
+        for clip in self.heldout()[:PARITY_CLIPS]:
+            parity = rollout_parity(
+                {name: r.run for name, r in reference.items()},
+                {name: r.run for name, r in candidate.items()},
+                list(clip.frames),
+                evaluation.first_mask_prompts(clip),
+                evaluation.stream_config(self.image_size),
+            )
+            ious += [v for per_object in parity.ious.values() for v in per_object]
+            drift.append(max(parity.drift))
+        return {
+            "rollout_mean_iou": float(np.mean(ious)),
+            "rollout_min_iou": float(np.min(ious)),
+            "rollout_max_drift": float(np.max(drift)),
+        }
+
+    def metrics_table(self, metrics: Mapping[str, float]) -> str:
+        """The metrics of ``evaluate`` as the text table ``edgekit eval NAME`` prints."""
+        return evaluation.format_table(metrics, f"{self.name}, held-out set")
