@@ -181,3 +181,21 @@ class ModelCard:
                 f"card '{self.name}' has no tolerance for precision '{precision}'; "
                 f"known: {sorted(self.tolerances)}"
             ) from exc
+
+
+def config_from_options(
+    card: str, config_type: Callable[..., Any], options: Mapping[str, Any]
+) -> Any:
+    """A card's recipe dataclass built from its options (``edgekit ... --option KEY=VALUE``);
+    a name that is not a field of ``config_type`` is an InputError listing the fields."""
+    from edgekit.errors import InputError
+
+    fields = getattr(config_type, "__dataclass_fields__", {})
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        kind = getattr(config_type, "__name__", "config")
+        raise InputError(
+            f"{card} options {unknown} are unknown (not {kind} fields); "
+            f"expected some of {sorted(fields)}"
+        )
+    return config_type(**options)

@@ -13,11 +13,18 @@ from edgekit.card import ModelCard
 from edgekit.errors import InputError
 
 BUILTIN_CARDS: dict[str, str] = {
+    "agents-room": "edgekit.models.agents_room.card:AgentsRoomCard",
     "bingoguard": "edgekit.models.bingoguard.card:BingoGuardCard",
     "certified-unlearning": "edgekit.models.certified_unlearning.card:CertifiedUnlearningCard",
+    "con-j": "edgekit.models.con_j.card:ConJCard",
     "d3u": "edgekit.models.d3u.card:D3UCard",
+    "hissd": "edgekit.models.hissd.card:HiSSDCard",
     "llmcert-b": "edgekit.models.llmcert_b.card:LLMCertBCard",
     "minilm": "edgekit.models.minilm.card:MiniLMCard",
+    "mm15": "edgekit.models.mm15.card:MM15Card",
+    "mmie-score": "edgekit.models.mmie.card:MMIEScoreCard",
+    "mtid": "edgekit.models.mtid.card:MTIDCard",
+    "omniedit": "edgekit.models.omniedit.card:OmniEditCard",
     "photo-cnn": "edgekit.models.photo_cnn.card:PhotoCNNCard",
     "photo-vit": "edgekit.models.photo_vit.card:PhotoViTCard",
     "poison-audit": "edgekit.models.poison_audit.card:PoisonAuditCard",

@@ -10,7 +10,6 @@ scale. Models are cached (``train.py``); the first run trains for a few minutes 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 from edgekit.models.d3u.evaluate import d3u_score, score_gaussian
 from edgekit.models.d3u.graphs import d3u_graphs, torch_runners
 from edgekit.models.d3u.train import D3UConfig, train_d3u, train_raw_diffusion
+from edgekit.study import save_figure, write_study
 
 METHODS = ("point+gaussian", "raw diffusion", "D3U")
 
@@ -168,22 +168,13 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         title="heteroscedastic spread",
     )
     ax_sp.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def experiment(
     out: Path, show_progress: bool = True, config: D3UConfig | None = None
 ) -> dict[str, Any]:
     """Run the study, print its table, write ``report.json`` and ``d3u.png`` under ``out``."""
-    from edgekit.cache import atomic_write_text
-
-    report = run_study(config, show_progress=show_progress)
-    print_table(report)
-    out = Path(out)
-    report["plot"] = str(plot(report, out / "d3u.png"))
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
-    return report
+    return write_study(
+        run_study(config, show_progress=show_progress), out, print_table, plot, "d3u.png"
+    )

@@ -37,6 +37,7 @@ from edgekit.models.randlora.train import (
     prepare,
     pretrained_mlp,
 )
+from edgekit.study import save_figure
 
 
 @dataclass(frozen=True)
@@ -222,11 +223,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         ax.xaxis.set_minor_formatter(NullFormatter())
     axes[-1].set_title("rank of the input-layer update (max 64; 61 pixels vary)")
     axes[-1].legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def experiment(

@@ -27,6 +27,7 @@ import numpy as np
 from edgekit.models.sae_polysemy.activations import HookPoint, all_hook_points
 from edgekit.models.sae_polysemy.train import SAEConfig, load_activations, train_suite, with_hook
 from edgekit.models.sae_polysemy.wic import load_wic
+from edgekit.study import save_figure
 
 VARIANTS = ("relu", "topk", "jumprelu")
 FRONTIER_HOOKS = (HookPoint(3, "resid"), HookPoint(3, "attn"))
@@ -312,11 +313,7 @@ def plot_frontier(report: dict[str, Any], path: Path) -> Path:
                 ax.annotate(label, (p["l0"], p["mse"]), fontsize=7)
         ax.set(xscale="log", yscale="log", xlabel="L0", ylabel="MSE", title=hook.name)
         ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def eval_table(

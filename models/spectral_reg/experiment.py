@@ -14,7 +14,6 @@ about 5 minutes on one CPU thread the first time.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, replace
@@ -23,6 +22,7 @@ from typing import Any
 
 from edgekit.models.spectral_reg.cache import continual_cached
 from edgekit.models.spectral_reg.continual import ContinualConfig
+from edgekit.study import save_figure, write_study
 
 # centre lambda per regulariser (loss = task + lambda * penalty), swept over SCALES
 STRENGTHS: dict[str, float] = {"none": 0.0, "l2": 1e-4, "l2-init": 1e-3, "spectral": 1e-2}
@@ -146,11 +146,7 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         ax.set(xlabel="task (0 = init)", ylabel="sigma_max", ylim=(0, high * 1.05))
         ax.set_title(f"{r['regularizer']} ({r['strength']:g}): sigma_max per layer")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def experiment(
@@ -161,11 +157,10 @@ def experiment(
 ) -> dict[str, Any]:
     """Run (or load) the study, print its table, write ``report.json`` and
     ``spectral_reg.png`` under ``out``."""
-    from edgekit.cache import atomic_write_text
-
-    report = run_study(base, show_progress=show_progress, scales=scales)
-    print_table(report)
-    out = Path(out)
-    report["plot"] = str(plot(report, out / "spectral_reg.png"))
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
-    return report
+    return write_study(
+        run_study(base, show_progress=show_progress, scales=scales),
+        out,
+        print_table,
+        plot,
+        "spectral_reg.png",
+    )

@@ -8,7 +8,6 @@ CPU thread with the defaults.
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from edgekit.models.wlks.gnn import train_gnn
 from edgekit.models.wlks.method import KERNELS, fit_wlks
 from edgekit.models.wlks.svm import DEPTHS
 from edgekit.models.wlks.tasks import TASKS, make_task
+from edgekit.study import save_figure, write_study
 
 METHODS = (*KERNELS, "gin")
 
@@ -153,22 +153,13 @@ def plot(report: dict[str, Any], path: Path) -> Path:
         xlabel="WL iterations", ylabel="validation micro-F1 (combined)", title="choosing WL depth"
     )
     depth.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def experiment(
     out: Path, show_progress: bool = True, seeds: tuple[int, ...] = (0, 1, 2)
 ) -> dict[str, Any]:
     """Run the study, print its table, write ``report.json`` and ``wlks.png`` under ``out``."""
-    from edgekit.cache import atomic_write_text
-
-    report = run_study(seeds, show_progress=show_progress)
-    print_table(report)
-    out = Path(out)
-    report["plot"] = str(plot(report, out / "wlks.png"))
-    atomic_write_text(out / "report.json", json.dumps(report, indent=2))
-    return report
+    return write_study(
+        run_study(seeds, show_progress=show_progress), out, print_table, plot, "wlks.png"
+    )

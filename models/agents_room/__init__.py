@@ -1,0 +1,1 @@
+"""Agents' Room: multi-agent story writing (planning + writing agents on a scratchpad)."""

@@ -1,0 +1,188 @@
+"""con-j card: the Con-J judge (a tiny causal LM trained by DPO on its own contrastive judgments)
+and the Bradley-Terry reward model baseline, both deployable.
+
+"judge": input_ids (B, S) int64 + attention_mask (B, S) int64, a judge prompt ``[CLS] question
+[SEP] a : answer [SEP] b : answer [SEP]`` (fields filled to fixed slots) plus the judgment so far (MiniLM WordPiece ids, right
+padding, S <= 48) -> next_logits (B, 30522) float32. The host loop decodes greedily until [SEP]
+and reads the verdict, the last token after ``better :`` (``generate.py``, ``judge_format.py``).
+"reward": MiniLM tokens of "question answer" (B, S) int64 + mask -> reward (B,) float32; the
+answer with the higher reward wins.
+
+Options are ``ConJConfig`` fields; training is cached under ``cache_dir("con-j")`` (about five
+minutes on one thread the first time). ``edgekit eval con-j`` runs the study in experiment.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.models.con_j.evaluate import judge_records, summarise
+from edgekit.models.con_j.generate import logits_decoder, runner_next_logits
+from edgekit.models.con_j.graphs import (
+    conj_graphs,
+    judge_feeds,
+    pair_reward_feeds,
+    reward_feeds,
+    rewards,
+)
+from edgekit.models.con_j.judge_format import pair_prompt
+from edgekit.models.con_j.prefs import PrefPair
+from edgekit.models.con_j.reward_model import answer_text, bt_verdicts
+from edgekit.models.con_j.train import ConJConfig, Trained, train_all
+
+EVAL_PAIRS = 64  # held-out pairs scored by evaluate / agreement
+
+
+class ConJCard(ModelCard):
+    """Con-J judge + Bradley-Terry reward model on fact-corpus preference pairs."""
+
+    name: ClassVar[str] = "con-j"
+    tier: ClassVar[str] = "server"
+    task: ClassVar[str] = "llm-as-a-judge"
+    architecture: ClassVar[str] = "transformer"
+    summary: ClassVar[str] = (
+        "LLM-as-a-judge trained by DPO on self-generated contrastive judgments (repeated + "
+        "hint-driven sampling, rationale + verdict) vs a Bradley-Terry reward model on MiniLM"
+    )
+    primary_metric: ClassVar[str | None] = "verdict_accuracy"
+    int8_mode: ClassVar[str] = "dynamic"
+    int8_budget: ClassVar[float] = 0.05
+    tolerances: ClassVar[dict[str, Tolerance]] = {
+        "fp32": Tolerance(atol=1e-3, rtol=1e-3),  # logits of magnitude ~10
+        "fp16": Tolerance(atol=5e-2, rtol=1e-2),
+        "int8": Tolerance(atol=1.0, rtol=0.2),
+    }
+    # fp32 must give the same greedy judgments and rewards up to float noise
+    agreement_floors: ClassVar[dict[str, float]] = {
+        "next_token_top1_agreement": 0.99,
+        "verdict_flip_rate": 0.02,
+        "reward_max_abs_error": 1e-3,
+    }
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.config = ConJConfig.from_options(options)
+        self._trained: Trained | None = None
+        self._eval: list[PrefPair] | None = None
+
+    # ---- training --------------------------------------------------------------------------
+    def train(self, progress: Callable[[float, str], None] | None = None) -> Trained:
+        """SFT judge, Con-J judge, ablation and reward model, from the cache or trained now."""
+        if self._trained is None:
+            self._trained = train_all(self.config, progress)
+        return self._trained
+
+    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
+        """SFT judge vs Con-J vs positives-only vs Bradley-Terry (``experiment.py``)."""
+        from edgekit.models.con_j.experiment import experiment
+
+        return experiment(Path(out), show_progress, self.config)
+
+    # ---- what to build -------------------------------------------------------------------
+    def graphs(self) -> list[GraphSpec]:
+        """ "judge" (the Con-J judge) and "reward" (MiniLM + Bradley-Terry head)."""
+        trained = self.train()
+        return conj_graphs(trained.conj, trained.reward_head, self.eval_pairs()[:2])
+
+    # ---- real data ---------------------------------------------------------------------------
+    def eval_pairs(self) -> list[PrefPair]:
+        """EVAL_PAIRS held-out pairs: half on seen facts (new wrong values), half on unseen."""
+        if self._eval is None:
+            data = self.config.prefs()
+            half = EVAL_PAIRS // 2
+            seen, unseen = data.heldout_seen(), data.heldout_unseen()
+            self._eval = (
+                seen[:: max(1, len(seen) // half)][:half]
+                + unseen[:: max(1, len(unseen) // half)][:half]
+            )
+        return self._eval
+
+    def golden_inputs(self) -> dict[str, Feeds]:
+        """Four held-out judge prompts (4, S) and four reward texts (4, S)."""
+        pairs = self.eval_pairs()[:: max(1, EVAL_PAIRS // 4)][:4]
+        return {
+            "judge": judge_feeds([pair_prompt(p) for p in pairs]),
+            "reward": reward_feeds([answer_text(p.question, p.answer_a) for p in pairs]),
+        }
+
+    def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
+        """Single training prompts (1, S) for each graph, ``limit`` at most."""
+        pairs = self.config.prefs().training()[:limit]
+        return {
+            "judge": [judge_feeds([pair_prompt(p)]) for p in pairs],
+            "reward": [reward_feeds([answer_text(p.question, p.answer_b)]) for p in pairs],
+        }
+
+    def preprocessing(self) -> dict[str, Any]:
+        return {
+            "tokenizer": "tokenizer.json",
+            "library": "tokenizers",
+            "lowercase": True,
+            "judge": {
+                "prompt": "[CLS] question [SEP] a : answer a [SEP] b : answer b [SEP]",
+                "judgment": "rationale . better : value a|b [SEP]; greedy, at most 12 new tokens",
+                "padding": "right, id 0, attention_mask 0",
+                "max_length": 48,
+                "verdict": "the last token (a|b) of a judgment holding 'better :'",
+            },
+            "reward": {
+                "text": "question + ' ' + answer, MiniLM tokenisation with [CLS]/[SEP]",
+                "verdict": "answer with the higher reward (ties: b)",
+            },
+        }
+
+    def assets(self) -> dict[str, str]:
+        from edgekit.models.minilm.encoder import tokenizer_path
+
+        return {"tokenizer.json": str(tokenizer_path())}
+
+    def labels(self) -> list[str]:
+        return ["a", "b"]
+
+    # ---- measuring -------------------------------------------------------------------------
+    def _judge(self, runner: Runner) -> list[dict[str, Any]]:
+        return judge_records(logits_decoder(runner_next_logits(runner)), self.eval_pairs())
+
+    def _rewards(self, runner: Runner) -> tuple[np.ndarray, np.ndarray]:
+        fa, fb = pair_reward_feeds(self.eval_pairs())
+        return rewards(runner, fa), rewards(runner, fb)
+
+    def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
+        """Verdict accuracy of the judge (greedy) and of the reward model on EVAL_PAIRS
+        held-out pairs, and the judge's invalid-judgment rate."""
+        s = summarise(self._judge(runners["judge"]))
+        ra, rb = self._rewards(runners["reward"])
+        pairs = self.eval_pairs()
+        bt = bt_verdicts(ra, rb)
+        return {
+            "verdict_accuracy": s["accuracy"],
+            "invalid_rate": s["invalid_rate"],
+            "reward_accuracy": float(
+                np.mean([v == p.better for v, p in zip(bt, pairs, strict=True)])
+            ),
+        }
+
+    def agreement(
+        self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
+    ) -> dict[str, float]:
+        """Top-1 next token on the golden prompts, share of changed verdicts (judge and reward
+        model) on EVAL_PAIRS, largest reward difference."""
+        feeds = self.golden_inputs()["judge"]
+        ref_top = np.asarray(reference["judge"].run(feeds)["next_logits"]).argmax(-1)
+        cand_top = np.asarray(candidate["judge"].run(feeds)["next_logits"]).argmax(-1)
+        ref, cand = self._judge(reference["judge"]), self._judge(candidate["judge"])
+        ref_r, cand_r = self._rewards(reference["reward"]), self._rewards(candidate["reward"])
+        flips = [a["verdict"] != b["verdict"] for a, b in zip(ref, cand, strict=True)]
+        flips += [a != b for a, b in zip(bt_verdicts(*ref_r), bt_verdicts(*cand_r), strict=True)]
+        return {
+            "next_token_top1_agreement": float((ref_top == cand_top).mean()),
+            "verdict_flip_rate": float(np.mean(flips)),
+            "reward_max_abs_error": float(
+                max(np.abs(ref_r[0] - cand_r[0]).max(), np.abs(ref_r[1] - cand_r[1]).max())
+            ),
+        }

@@ -1,0 +1,1 @@
+"""HiSSD: hierarchical and separate skill discovery for offline multi-task MARL (compact)."""

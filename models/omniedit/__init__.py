@@ -1,0 +1,1 @@
+"""OmniEdit at small scale: judge-curated specialist edits and the EditNet editor."""
