@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.errors import InputError
 from edgekit.models.con_j.evaluate import judge_records, summarise
 from edgekit.models.con_j.generate import logits_decoder, runner_next_logits
 from edgekit.models.con_j.graphs import (
@@ -91,15 +92,21 @@ class ConJCard(ModelCard):
 
     # ---- real data ---------------------------------------------------------------------------
     def eval_pairs(self) -> list[PrefPair]:
-        """EVAL_PAIRS held-out pairs: half on seen facts (new wrong values), half on unseen."""
+        """EVAL_PAIRS held-out pairs: half on seen facts (new wrong values), half on unseen;
+        within each half, answer a is the better one in half of the pairs (so a judge that
+        always says "a" scores 0.5)."""
         if self._eval is None:
+            from edgekit.models.con_j.hf_judge import balanced_pairs
+
             data = self.config.prefs()
-            half = EVAL_PAIRS // 2
-            seen, unseen = data.heldout_seen(), data.heldout_unseen()
-            self._eval = (
-                seen[:: max(1, len(seen) // half)][:half]
-                + unseen[:: max(1, len(unseen) // half)][:half]
-            )
+            self._eval = []
+            for pairs in (data.heldout_seen(), data.heldout_unseen()):
+                per_side = min(
+                    [EVAL_PAIRS // 4] + [sum(p.better == s for p in pairs) for s in "ab"]
+                )
+                self._eval += balanced_pairs(pairs, 2 * per_side) if per_side else []
+            if not self._eval:
+                raise InputError("con-j: the held-out split has no pair with each answer better")
         return self._eval
 
     def golden_inputs(self) -> dict[str, Feeds]:
@@ -143,6 +150,21 @@ class ConJCard(ModelCard):
 
     def labels(self) -> list[str]:
         return ["a", "b"]
+
+    # ---- a transformers causal LM as the judge (``edgekit eval con-j --judge DIR``) ---------
+    def judge(self, path: str | Path, **kwargs: Any) -> Any:
+        """An ``hf_judge.HFJudge`` from the local model folder ``path`` (no downloads)."""
+        from edgekit.models.con_j.hf_judge import HFJudge
+
+        return HFJudge.from_pretrained(path, **kwargs)
+
+    def evaluate_judge(self, judge: Any, pairs: list[PrefPair] | None = None) -> dict[str, float]:
+        """Greedy verdict accuracy, invalid rate and "a" share of an LM judge on ``pairs``
+        (default: EVAL_PAIRS held-out pairs, half seen / half unseen facts, each half with
+        answer a better in half of its pairs)."""
+        from edgekit.models.con_j.hf_judge import verdict_accuracy
+
+        return verdict_accuracy(judge, self.eval_pairs() if pairs is None else pairs)
 
     # ---- measuring -------------------------------------------------------------------------
     def _judge(self, runner: Runner) -> list[dict[str, Any]]:

@@ -46,7 +46,7 @@ CONJ_FIELDS = ("samples", "hint_samples", "temperature", "dpo_steps", "dpo_batch
 CONJ_FIELDS += ("beta", "sft_weight")
 BT_FIELDS = ("bt_hidden", "bt_epochs", "bt_lr")
 _SFT_SOURCES = ("prefs.py", "judge_format.py", "generate.py", "sft.py")
-_SAMPLING = ("modules.py", "fast_decode.py", "contrastive.py", "dpo.py")
+_SAMPLING = ("modules.py", "fast_decode.py", "contrastive.py", "contrastive_core.py", "dpo.py")
 STAGE_SOURCES = {  # the files whose code shapes each stage's weights (cache key)
     "sft": _SFT_SOURCES,
     "conj": (*_SFT_SOURCES, *_SAMPLING),
