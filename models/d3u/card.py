@@ -19,8 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
-from edgekit.errors import InputError
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
 from edgekit.models.d3u.data import Windows
 from edgekit.models.d3u.diffusion import forecast_samples
 from edgekit.models.d3u.evaluate import d3u_score
@@ -57,10 +56,7 @@ class D3UCard(ModelCard):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        unknown = sorted(set(options) - set(D3UConfig.__dataclass_fields__))
-        if unknown:
-            raise InputError(f"d3u options {unknown} are not D3UConfig fields")
-        self.config = D3UConfig(**options)
+        self.config = config_from_options("d3u", D3UConfig, options)
         self._trained: Trained | None = None
         self._test: Windows | None = None
 

@@ -22,8 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
-from edgekit.errors import InputError
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
 from edgekit.models.llmcert_b import corpus
 from edgekit.models.llmcert_b.lm import BiasLMConfig
 from edgekit.models.sdlg.causal_lm import CausalLM, pad, runner_backend
@@ -71,10 +70,7 @@ class LLMCertBCard(ModelCard):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        unknown = sorted(set(options) - set(BiasLMConfig.__dataclass_fields__))
-        if unknown:
-            raise InputError(f"llmcert-b options {unknown} are not BiasLMConfig fields")
-        self.config = BiasLMConfig(**options)
+        self.config = config_from_options("llmcert-b", BiasLMConfig, options)
         self._lm: TinyCausalLM | None = None
         self._results: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 

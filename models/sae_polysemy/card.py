@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
 from edgekit.models.minilm.encoder import MAX_LENGTH, load_bert, tokenize, tokenizer_path
 from edgekit.models.sae_polysemy.activations import TruncatedEncoder
 from edgekit.models.sae_polysemy.pseval import (
@@ -153,13 +153,7 @@ class SAEPolysemyCard(ModelCard):
     # ---- training --------------------------------------------------------------------------
     def sae_config(self) -> SAEConfig:
         """The SAE recipe: SAEConfig defaults, overridden by card options of the same name."""
-        fields = SAEConfig.__dataclass_fields__
-        unknown = sorted(set(self.options) - set(fields))
-        if unknown:
-            from edgekit.errors import InputError
-
-            raise InputError(f"sae-polysemy options {unknown} are not SAEConfig fields")
-        return SAEConfig(**self.options)
+        return config_from_options("sae-polysemy", SAEConfig, self.options)
 
     def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
         """The PS-Eval study: tables by variant, layer and hook point, report.json and

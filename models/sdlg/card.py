@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
+from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
 from edgekit.models.sdlg.causal_lm import CausalLM, pad, runner_backend
 from edgekit.models.sdlg.corpus import Fact, build_facts
 from edgekit.models.sdlg.lm import EOS_ID, VOCAB_SIZE, LMConfig, TinyCausalLM, encode, prompt_ids
@@ -76,13 +76,7 @@ class SDLGCard(ModelCard):
 
     # ---- training --------------------------------------------------------------------------
     def lm_config(self) -> LMConfig:
-        fields = LMConfig.__dataclass_fields__
-        unknown = sorted(set(self.options) - set(fields))
-        if unknown:
-            from edgekit.errors import InputError
-
-            raise InputError(f"sdlg options {unknown} are not LMConfig fields")
-        return LMConfig(**self.options)
+        return config_from_options("sdlg", LMConfig, self.options)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TinyCausalLM:
         """Train (a few minutes on one thread) or load the cached LM."""
