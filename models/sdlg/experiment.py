@@ -1,5 +1,6 @@
-"""``edgekit eval sdlg``: the full study on every corpus question, its tables, roc.png and
-report.json; and the calibrated MiniLM equivalence model the card and the study share."""
+"""``edgekit eval sdlg``: SDLG's knobs chosen on the calibration questions (tuning.py, cached),
+then the full study on every evaluated corpus question, its tables, roc.png and report.json;
+and the calibrated MiniLM equivalence model the card and the study share."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgekit.cache import atomic_write_text, cache_dir
+from edgekit.models.sdlg.sdlg import SDLGConfig
 from edgekit.models.sdlg.semantic import CosineEquivalence
+
+BEAMS = (1, 2, 5)  # completion beam widths tried on the calibration split (5: the paper's)
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.sdlg.card import SDLGCard
@@ -63,16 +67,40 @@ def plot_roc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     plt.close(fig)
 
 
-def print_tables(summary: dict[str, Any], calibration: dict[str, Any]) -> None:
+def tuned(lm: Any, semantic: Any, facts: list, lm_key: str, show_progress: bool = True) -> dict:
+    """``tuning.tune_sdlg`` on the calibration questions, cached under ``cache_dir("sdlg")``
+    by the LM and the sources involved."""
+    from edgekit.models.sdlg.tuning import tune_sdlg, tuning_key
+    from edgekit.progress import step_progress
+
+    path = cache_dir("sdlg") / f"tuning-{tuning_key(lm_key, SDLGConfig(), BEAMS, 10)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    with step_progress("sdlg calibration", len(facts) * len(BEAMS), show_progress) as step:
+        tuning = tune_sdlg(lm, semantic, facts, SDLGConfig(), BEAMS, 10, step)
+    atomic_write_text(path, json.dumps(tuning, indent=1))
+    return tuning
+
+
+def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: dict) -> None:
     from rich.table import Table
 
     from edgekit.console import wide_console
     from edgekit.models.sdlg.corpus import TIERS
-    from edgekit.models.sdlg.study import METHODS, NORMALISED
+    from edgekit.models.sdlg.study import METHODS, VARIANTS
 
     console = wide_console()
+    chosen = tuning["chosen"]
+    console.print(
+        f"Chosen on the calibration split ({tuning['questions']} questions, "
+        f"{tuning['split']}): SDLG {chosen['alternatives']} alternatives, "
+        f"{chosen['completion_beams']} completion beam(s), {chosen['length']} of token "
+        f"log-probs (calibration AUROC {chosen['auroc']:.3f}, {chosen['rows_mean']:.1f} rows vs "
+        f"sampling {tuning['sampling_rows_mean']:.1f}); baselines "
+        + ", ".join(f"{m} {v}" for m, v in tuning["baseline_lengths"].items())
+    )
     table = Table(
-        title=f"SDLG vs baselines on {summary['questions']} questions "
+        title=f"SDLG vs baselines on {summary['questions']} evaluated questions "
         f"(answer accuracy {summary['accuracy']:.3f})"
     )
     for col in ("method", "AUROC (incorrect)", "LM forward passes / question"):
@@ -85,13 +113,41 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any]) -> None:
     }
     for method, title in METHODS.items():
         table.add_row(title, f"{summary[f'{method}_auroc']:.3f}", rows[method])
-    for method, title in NORMALISED.items():
-        table.add_row(title, f"{summary[f'{method}_auroc']:.3f}", rows[method[:-3]])
+    for variant, title in VARIANTS.items():
+        table.add_row(
+            f"  ablation: {title}",
+            f"{summary[f'{variant}_auroc']:.3f}",
+            rows[variant.rsplit("_", 1)[0]],
+        )
     console.print(table)
-    tiers = Table(title="Answer accuracy by how often the fact was seen in training")
-    for tier in TIERS:
-        tiers.add_column(tier, justify="right")
-    tiers.add_row(*[f"{summary.get(f'accuracy_{t}', float('nan')):.3f}" for t in TIERS])
+    tiers = Table(title="By how often the fact was seen in training (16 / 4 / 1 / 0 times)")
+    for col in ("", *TIERS):
+        tiers.add_column(col, justify="right")
+    present = [t for t in TIERS if f"tier_{t}" in summary]
+    tiers.add_row("accuracy", *[f"{summary[f'accuracy_{t}']:.3f}" for t in present])
+    tiers.add_row("incorrect answers", *[str(summary[f"tier_{t}"]["incorrect"]) for t in present])
+    for method in METHODS:
+        tiers.add_row(method, *[f"{summary[f'tier_{t}'][f'{method}_mean']:.2f}" for t in present])
+    for method in METHODS:
+        tiers.add_row(
+            f"AUROC within tier: {method}",
+            *[f"{summary[f'tier_{t}'][f'{method}_auroc']:.3f}" for t in present],
+        )
+    tiers.add_row(
+        "SDLG alternative weight",
+        *[f"{summary[f'tier_{t}']['sdlg_alternative_weight_mean']:.3f}" for t in present],
+    )
+    kinds = {
+        "value": "value word",
+        "question": "question word (name)",
+        "template": "template word",
+        "truncation": "EOS (truncation)",
+    }
+    for kind, title in kinds.items():
+        tiers.add_row(
+            f"substituted: {title}",
+            *[f"{summary[f'tier_{t}']['substitutions'][kind]:.2f}" for t in present],
+        )
     console.print(tiers)
     console.print(
         f"MiniLM cosine threshold {calibration['threshold']:.3f} (balanced accuracy "
@@ -101,8 +157,9 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any]) -> None:
 
 
 def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
-    """Train/load the LM, run the study on every corpus question through torch, print the
-    tables, write roc.png and report.json under ``out``; returns the report."""
+    """Train/load the LM, choose SDLG's knobs on the calibration questions (tuning.py), run
+    the study on every evaluated corpus question through torch, print the tables, write
+    roc.png and report.json under ``out``; returns the report."""
     import torch
 
     from edgekit.models.sdlg.card import report_json
@@ -110,6 +167,7 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
     from edgekit.models.sdlg.corpus import build_facts
     from edgekit.models.sdlg.lm import train_cached
     from edgekit.models.sdlg.study import run_study
+    from edgekit.models.sdlg.tuning import EVALUATION_PARAPHRASE, config_from_tuning
     from edgekit.progress import step_progress
 
     threads = torch.get_num_threads()
@@ -121,19 +179,30 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
         facts = build_facts(config.people, config.seed)
         lm = CausalLM(torch_backend(model), config.max_len)
         start = time.perf_counter()
+        tuning = tuned(lm, semantic, facts, config.key(), show_progress)
         with step_progress("sdlg study", len(facts), show_progress) as step:
-            study = run_study(lm, semantic, facts, progress=step)
+            study = run_study(
+                lm,
+                semantic,
+                facts,
+                config_from_tuning(tuning),
+                progress=step,
+                baseline_lengths=tuning["baseline_lengths"],
+                paraphrase=EVALUATION_PARAPHRASE,
+            )
         seconds = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
     summary = study["summary"]
-    print_tables(summary, semantic.calibration)
+    print_tables(summary, semantic.calibration, tuning)
     out.mkdir(parents=True, exist_ok=True)
     plot_roc(study["records"], summary, out / "roc.png")
     report = {
         "model": card.name,
         "summary": summary,
         "sdlg_config": study["config"],
+        "score_lengths": study["lengths"],
+        "tuning": tuning,
         "lm": {"config": train_log.get("config"), "train": train_log},
         "equivalence": {"model": "all-MiniLM-L6-v2 cosine", **semantic.calibration},
         "study_seconds": seconds,

@@ -1,24 +1,30 @@
 """SDLG over the causal-LM interface: the initial answer, ranked substitutions, alternatives,
 clusters and the weighted semantic entropy; and the multinomial-sampling baselines.
 
-For a question q (``[CLS] q [SEP]`` prefix):
+For a question q (``[CLS] q [SEP]`` prefix), following the paper's public code (ml-jku/SDLG):
 
 1. y0 = beam search answer; P[t, :] the LM's next-token distribution at each answer position.
 2. Attribution of y0's words by the equivalence model (semantic.py).
-3. Candidates (t, v) for every answer position t and token v with P[t, v] > ``token_prob``
-   (v not the original token o, not a special token). Three scores per candidate: the word's
-   attribution, the substitution score (e.g. cos(E[o] - E[v], g_t)) and the importance
-   P[t, v]. Each is ranked (0 = best); candidates are ordered by the alpha-weighted mean rank.
-4. In that order, prefix y0[:t] + v is completed by beam search until ``alternatives``
-   distinct answers (different from y0 and each other) exist or candidates run out. An
-   alternative's log-probability is log P(y0[:t]) + log P[t, v] + the completion's, all read
-   from distributions already computed; its weight is P[t, v].
+3. Candidates (t, v): t the first token of each word of y0 (a "##" piece is never replaced),
+   v any token with P[t, v] > ``token_prob`` other than the original token o and the special
+   tokens; EOS is a candidate after the first word (it truncates y0). Three scores per
+   candidate: the word's attribution, the substitution score (e.g. cos(E[o] - E[v], g_t)) and
+   the importance P[t, v]. Each is dense-ranked (0 = best, ties share a rank, the next value
+   gets the next rank) and candidates are ordered by the alpha-weighted mean rank. A one-word
+   answer is ranked by importance alone (no attribution is computed).
+4. In that order, prefix y0[:t] + v is completed by beam search (an EOS candidate needs no
+   LM call) until ``alternatives`` distinct answers (different from y0 and each other) exist
+   or candidates run out. An alternative's log-probability is log P(y0[:t]) + log P[t, v] +
+   the completion's, all read from distributions already computed; its weight is P[t, v].
 5. Bidirectional-equivalence clusters over [y0, alternatives]; the score is
-   ``sdlg_semantic_entropy`` (entropy.py) of the sequence log-probabilities; the same with
-   per-token (length-normalised) log-probabilities is kept in ``extras`` for comparison.
+   ``sdlg_semantic_entropy`` (entropy.py) of the sequence log-probabilities (``length="sum"``)
+   or of the per-token log-probabilities (``length="mean"``, the paper's "normalised"
+   variant); the other one is kept in ``extras``.
 
-Every LM call goes through a ``CausalLM`` whose counter gives the cost in forward passes
-(sequences run): ``initial_rows`` (y0, shared by every method) and ``rows`` (SDLG's own).
+Every LM call goes through a ``CausalLM`` whose counter gives the cost in forward passes: one
+per sequence per generated token (what a KV-cached decoder runs), the same count for beam
+search and sampling: ``initial_rows`` (y0, shared by every method: correctness is judged on
+it) and ``rows`` (SDLG's own).
 """
 
 from __future__ import annotations
@@ -37,24 +43,55 @@ from edgekit.models.sdlg.entropy import (
     sampling_semantic_entropy,
     sdlg_semantic_entropy,
 )
-from edgekit.models.sdlg.lm import CLS_ID, SEP_ID, SPECIAL_IDS, decode, encode
-from edgekit.models.sdlg.semantic import EquivalenceModel, greedy_clusters, text_ids
+from edgekit.models.sdlg.lm import CLS_ID, EOS_ID, SEP_ID, SPECIAL_IDS, decode, encode
+from edgekit.models.sdlg.semantic import (
+    EquivalenceModel,
+    greedy_clusters,
+    text_ids,
+    word_groups,
+)
 
 MAX_QUESTION_CHARS = 2000
 
 
+LENGTHS = ("sum", "mean")
+
+
 @dataclass(frozen=True)
 class SDLGConfig:
-    """SDLG's knobs (defaults: the paper's, except ``alternatives`` and ``completion_beams``,
-    set for the cost comparison with 10-sample sampling; see the card)."""
+    """SDLG's knobs. ``beams``, ``token_prob`` and ``alphas`` are the paper's;
+    ``alternatives``, ``completion_beams`` and ``length`` were chosen on the calibration split
+    (tuning.tune_sdlg: the other wording of each question), under the LM cost of 10-sample
+    sampling."""
 
     beams: int = 5  # beam width of the initial answer
-    completion_beams: int = 2  # beam width completing an alternative
-    alternatives: int = 4  # distinct alternatives to generate at most
+    completion_beams: int = 1  # beam width completing an alternative (the paper: 5)
+    alternatives: int = 10  # distinct alternatives to generate at most (the paper: 10)
     token_prob: float = 1e-3  # candidates need P[t, v] above this
     alphas: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)  # attribution, substitution, imp.
     max_new_tokens: int = 8
     samples: int = 10  # multinomial samples of the baselines
+    length: str = "mean"  # "mean": per-token log-probabilities; "sum": sequence ones
+
+    def __post_init__(self) -> None:
+        for name in ("beams", "completion_beams", "max_new_tokens", "samples"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise InputError(
+                    f"SDLGConfig.{name} must be an integer >= 1, got {getattr(self, name)!r}"
+                )
+        if not isinstance(self.alternatives, int) or self.alternatives < 0:
+            raise InputError(
+                f"SDLGConfig.alternatives must be an integer >= 0, got {self.alternatives!r}"
+            )
+        if not 0.0 <= self.token_prob < 1.0:
+            raise InputError(f"SDLGConfig.token_prob must be in [0, 1), got {self.token_prob}")
+        if len(self.alphas) != 3 or min(self.alphas) < 0 or sum(self.alphas) <= 0:
+            raise InputError(
+                f"SDLGConfig.alphas must be 3 non-negative weights (attribution, substitution, "
+                f"importance) with a positive sum, got {self.alphas}"
+            )
+        if self.length not in LENGTHS:
+            raise InputError(f"SDLGConfig.length must be one of {LENGTHS}, got {self.length!r}")
 
 
 @dataclass
@@ -114,16 +151,19 @@ def question_prefix(question: str, max_tokens: int) -> tuple[list[int], list[int
 
 
 def rank_candidates(candidates: list[Candidate], alphas: tuple[float, ...]) -> list[Candidate]:
-    """Candidates ordered by the alpha-weighted mean of their three score ranks (rank 0 = the
-    highest score; ties share the lower rank); ``rank`` is set on each."""
+    """Candidates ordered by the alpha-weighted mean of their three score ranks; ``rank`` is
+    set on each. Ranks are dense, as in the paper's ``rank_tensor``: 0 = the highest score,
+    equal scores share a rank and the next lower score gets the next rank (an attribution,
+    shared by every candidate of a word, moves a candidate by one rank per word, not by the
+    number of candidates of the better words)."""
     if not candidates:
         return []
     columns = ("attribution", "substitution", "importance")
     total = np.zeros(len(candidates))
     for alpha, column in zip(alphas, columns, strict=True):
         values = np.array([getattr(c, column) for c in candidates])
-        # rank = number of candidates scoring strictly higher
-        ranks = (values[None, :] > values[:, None]).sum(axis=1)
+        distinct = np.unique(values)[::-1]  # descending
+        ranks = np.searchsorted(-distinct, -values)  # index of each value among distinct ones
         total += alpha * ranks
     for c, r in zip(candidates, total / sum(alphas), strict=True):
         c.rank = float(r)
@@ -143,30 +183,45 @@ class SDLG:
             raise InputError(f"LM context {lm.max_len} leaves no room for a question")
 
     def candidates(self, question_ids: list[int], initial: Generation) -> list[Candidate]:
-        """Scored candidate substitutions of the initial answer, unranked."""
+        """Scored candidate substitutions of the initial answer, unranked (module doc, step 3).
+
+        Attribution and substitution scores are 0 for a one-word answer (ranked by importance
+        alone, as the paper does)."""
         answer = initial.tokens
         if not answer:
             return []
-        attribution = self.semantic.attribution(question_ids, answer)
+        groups = word_groups(answer)  # (T,) word index of each token
+        single_word = groups[-1] == 0
+        attribution = None if single_word else self.semantic.attribution(question_ids, answer)
         embeddings = self.semantic.embedding_matrix
         out = []
         for t, original in enumerate(answer):
+            if t > 0 and groups[t] == groups[t - 1]:
+                continue  # a "##" piece: only a word's first token is replaced
             probs = np.exp(initial.distributions[t])  # (V,)
-            tokens = np.nonzero(probs > self.config.token_prob)[0]
-            tokens = np.array([v for v in tokens if v != original and v not in SPECIAL_IDS])
+            allowed = (v for v in np.nonzero(probs > self.config.token_prob)[0] if v != original)
+            tokens = np.array(
+                [v for v in allowed if v not in SPECIAL_IDS or (v == EOS_ID and groups[t] > 0)],
+                dtype=np.int64,
+            )
             if tokens.size == 0:
                 continue
-            subs = attribution.substitution_scores(t, original, tokens, embeddings)
-            for v, s in zip(tokens, subs, strict=True):
-                out.append(
-                    Candidate(
-                        t, int(v), float(attribution.token_scores[t]), float(s), float(probs[v])
-                    )
-                )
+            if attribution is None:
+                word_score, subs = 0.0, np.zeros(tokens.size)
+            else:
+                word_score = float(attribution.token_scores[t])
+                subs = attribution.substitution_scores(t, original, tokens, embeddings)
+            for v, sub in zip(tokens, subs, strict=True):
+                out.append(Candidate(t, int(v), word_score, float(sub), float(probs[v])))
         return out
 
     def score(self, question: str) -> SDLGResult:
-        """SDLG on ``question``: y0, up to ``alternatives`` alternatives, clusters, entropy."""
+        """SDLG on ``question``: y0, up to ``alternatives`` alternatives, clusters, entropy.
+
+        ``extras`` holds ``lengths`` (tokens scored per answer, EOS included), both entropies
+        (``entropy_sum``, ``entropy_mean``), ``rows_after`` (SDLG's LM rows once each
+        alternative was found, for cost-vs-alternatives curves) and ``substitutions`` (the
+        (position, token) each alternative came from)."""
         cfg = self.config
         prefix, q_ids, truncated = question_prefix(question, self.max_question)
         rows0, calls0 = self.lm.rows, self.lm.calls
@@ -177,32 +232,45 @@ class SDLG:
         answers = [tuple(initial.tokens)]
         log_probs, weights = [initial.log_prob], [1.0]
         lengths = [len(initial.token_log_probs)]  # tokens scored, EOS included when reached
+        rows_after: list[int] = []
+        substitutions: list[tuple[int, int]] = []  # (position t, token v) per alternative
         for cand in ranked:
             if len(answers) - 1 >= cfg.alternatives:
                 break
-            head = initial.tokens[: cand.position] + [cand.token]
-            budget = cfg.max_new_tokens - len(head)
-            if budget <= 0:
-                continue
-            completion = beam_search(self.lm, prefix + head, cfg.completion_beams, budget)
-            tokens = tuple(head + completion.tokens)
-            if tokens in answers:
+            head = initial.tokens[: cand.position]
+            if cand.token == EOS_ID:  # y0 truncated before word t: no LM call
+                tokens, tail_lp, tail_len = tuple(head), 0.0, 0
+            else:
+                head = head + [cand.token]
+                budget = cfg.max_new_tokens - len(head)
+                if budget <= 0:
+                    continue
+                completion = beam_search(self.lm, prefix + head, cfg.completion_beams, budget)
+                tokens = tuple(head + completion.tokens)
+                tail_lp, tail_len = completion.log_prob, len(completion.token_log_probs)
+            if tokens in answers or not tokens:
                 continue
             answers.append(tokens)
-            log_probs.append(
-                float(prefix_lp[cand.position]) + np.log(cand.importance) + completion.log_prob
-            )
+            log_probs.append(float(prefix_lp[cand.position]) + np.log(cand.importance) + tail_lp)
             weights.append(cand.importance)
-            lengths.append(len(head) + len(completion.token_log_probs))
+            lengths.append(cand.position + 1 + tail_len)
+            substitutions.append((cand.position, cand.token))
+            rows_after.append(self.lm.rows - rows0 - initial_rows)
         texts = [text_ids(q_ids, list(a)) for a in answers]
         clusters = greedy_clusters(
             len(texts), lambda i, j: self.semantic.equivalent(texts[i], texts[j])
         )
+        entropies = {
+            "sum": sdlg_semantic_entropy(log_probs, weights, clusters),
+            "mean": sdlg_semantic_entropy(
+                np.array(log_probs) / np.maximum(lengths, 1), weights, clusters
+            ),
+        }
         return SDLGResult(
             question=question,
             answer=decode(initial.tokens),
             answer_ids=list(initial.tokens),
-            entropy=sdlg_semantic_entropy(log_probs, weights, clusters),
+            entropy=entropies[cfg.length],
             alternatives=[decode(a) for a in answers[1:]],
             log_probs=log_probs,
             weights=weights,
@@ -214,9 +282,10 @@ class SDLG:
             truncated=truncated,
             extras={
                 "lengths": lengths,
-                "entropy_length_normalised": sdlg_semantic_entropy(
-                    np.array(log_probs) / np.maximum(lengths, 1), weights, clusters
-                ),
+                "entropy_sum": entropies["sum"],
+                "entropy_mean": entropies["mean"],
+                "rows_after": rows_after,
+                "substitutions": substitutions,
             },
         )
 

@@ -4,32 +4,63 @@ synthetic QA corpus, their AUROC for predicting incorrect answers, and their LM 
 ``calibrate_threshold`` fixes the MiniLM cosine threshold from answer-form pairs of the corpus
 templates (same value in two wordings = equivalent; different values = not), independent of
 the LM's answers. ``run_study`` scores a list of facts through any ``CausalLM`` (torch or a
-runtime session) and returns per-question records and the summary metrics.
+runtime session) and returns per-question records and the summary metrics: AUROC of each
+method (at its chosen length handling, and both handlings as an ablation), LM rows per
+question, and per popularity tier the accuracy, the mean scores and where SDLG substituted
+(a value word, a word copied from the question such as the name, a template word such as
+"in" / "a", or a truncation by EOS).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 
+from edgekit.errors import InputError
 from edgekit.models.sdlg.causal_lm import CausalLM
-from edgekit.models.sdlg.corpus import ATTRIBUTES, NAMES, TIERS, Fact, is_correct
+from edgekit.models.sdlg.corpus import (
+    ATTRIBUTES,
+    NAMES,
+    TEMPLATE_WORDS,
+    TIERS,
+    Fact,
+    is_correct,
+)
 from edgekit.models.sdlg.entropy import auroc
-from edgekit.models.sdlg.lm import encode
-from edgekit.models.sdlg.sdlg import SDLG, SDLGConfig
-from edgekit.models.sdlg.semantic import CosineEquivalence, text_ids
+from edgekit.models.sdlg.lm import EOS_ID, encode, token_strings
+from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig
+from edgekit.models.sdlg.semantic import CosineEquivalence, text_ids, word_groups
 
 METHODS = {
     "sdlg": "SDLG semantic entropy",
     "sampling_se": "sampling semantic entropy (10 samples)",
     "predictive_entropy": "predictive entropy (10 samples)",
 }
-# the same scores from per-token (length-normalised) log-probabilities: an ablation
-NORMALISED = {f"{m}_ln": f"{title}, length-normalised" for m, title in METHODS.items()}
+# every method from sequence ("sum") and per-token ("mean") log-probabilities: an ablation
+VARIANTS = {
+    f"{m}_{length}": f"{title}, {length} of token log-probs"
+    for m, title in METHODS.items()
+    for length in LENGTHS
+}
+SUBSTITUTION_KINDS = ("value", "question", "template", "truncation")
+
+
+def substitution_kind(answer: list[int], position: int, token: int, question: str) -> str:
+    """Which word of the answer a substitution replaced (``SUBSTITUTION_KINDS``)."""
+    if token == EOS_ID:
+        return "truncation"
+    groups = word_groups(answer)
+    pieces = token_strings(answer)
+    word = "".join(
+        p.removeprefix("##") for p, g in zip(pieces, groups, strict=True) if g == groups[position]
+    )
+    if word in TEMPLATE_WORDS:
+        return "template"
+    return "question" if word in set(question.lower().replace("?", " ").split()) else "value"
 
 
 def calibration_pairs(seed: int = 7, people: int = 20) -> tuple[list, list[int]]:
@@ -80,14 +111,30 @@ def run_study(
     facts: Sequence[Fact],
     config: SDLGConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    baseline_lengths: Mapping[str, str] | None = None,
+    paraphrase: int = 0,
 ) -> dict[str, Any]:
-    """Score every fact's question (paraphrase 0) by the three methods; records + summary."""
+    """Score every fact's question (wording ``paraphrase``) by the three methods; records +
+    summary. SDLG's score uses ``config.length``; the baselines' ``baseline_lengths``
+    (method -> "sum" | "mean", default "sum")."""
     sdlg = SDLG(lm, semantic, config)
+    lengths = {"sampling_se": "sum", "predictive_entropy": "sum", **(baseline_lengths or {})}
+    if any(v not in LENGTHS for v in lengths.values()):
+        raise InputError(f"baseline_lengths values must be in {LENGTHS}, got {lengths}")
+    lengths["sdlg"] = sdlg.config.length
     records = []
     for i, fact in enumerate(facts):
-        question = fact.question(0)
+        question = fact.question(paraphrase)
         result = sdlg.score(question)
         base = sdlg.sampling_baselines(question, seed=i)
+        variants = {
+            "sdlg_sum": result.extras["entropy_sum"],
+            "sdlg_mean": result.extras["entropy_mean"],
+            "sampling_se_sum": base["semantic_entropy"],
+            "sampling_se_mean": base["semantic_entropy_length_normalised"],
+            "predictive_entropy_sum": base["predictive_entropy"],
+            "predictive_entropy_mean": base["predictive_entropy_length_normalised"],
+        }
         records.append(
             {
                 "question": question,
@@ -95,13 +142,14 @@ def run_study(
                 "reference": fact.value,
                 "answer": result.answer,
                 "incorrect": int(not is_correct(result.answer, fact, question)),
-                "sdlg": result.entropy,
-                "sampling_se": base["semantic_entropy"],
-                "predictive_entropy": base["predictive_entropy"],
-                "sdlg_ln": result.extras["entropy_length_normalised"],
-                "sampling_se_ln": base["semantic_entropy_length_normalised"],
-                "predictive_entropy_ln": base["predictive_entropy_length_normalised"],
+                **{m: variants[f"{m}_{lengths[m]}"] for m in METHODS},
+                **variants,
                 "alternatives": result.alternatives,
+                "weights": result.weights,
+                "substitutions": [
+                    substitution_kind(result.answer_ids, t, v, question)
+                    for t, v in result.extras["substitutions"]
+                ],
                 "sdlg_clusters": max(result.clusters) + 1,
                 "samples": base["samples"],
                 "sampling_clusters": max(base["clusters"]) + 1,
@@ -112,22 +160,46 @@ def run_study(
         )
         if progress:
             progress(question)
-    return {"records": records, "summary": summarise(records), "config": asdict(sdlg.config)}
+    return {
+        "records": records,
+        "summary": summarise(records),
+        "config": asdict(sdlg.config),
+        "lengths": lengths,
+    }
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """AUROC per method, accuracy (overall, per tier) and mean LM rows per question."""
+    """AUROC per method and variant, accuracy, mean LM rows per question, and per tier the
+    accuracy, mean scores, SDLG alternatives, mean alternative weight and substitution kinds."""
     incorrect = np.array([r["incorrect"] for r in records])
     summary: dict[str, Any] = {"questions": len(records), "accuracy": float(1 - incorrect.mean())}
-    for method in (*METHODS, *NORMALISED):
+    both = 0 < incorrect.sum() < incorrect.size
+    for method in (*METHODS, *VARIANTS):
         scores = [r[method] for r in records]
-        both = 0 < incorrect.sum() < incorrect.size
         summary[f"{method}_auroc"] = auroc(scores, incorrect) if both else float("nan")
-    for tier in TIERS:
-        rows = [r for r in records if r["tier"] == tier]
-        if rows:
-            summary[f"accuracy_{tier}"] = float(1 - np.mean([r["incorrect"] for r in rows]))
     for key in ("initial_rows", "sdlg_rows", "sampling_rows"):
         summary[f"{key}_mean"] = float(np.mean([r[key] for r in records]))
     summary["sdlg_alternatives_mean"] = float(np.mean([len(r["alternatives"]) for r in records]))
+    for tier in TIERS:
+        rows = [r for r in records if r["tier"] == tier]
+        if not rows:
+            continue
+        summary[f"accuracy_{tier}"] = float(1 - np.mean([r["incorrect"] for r in rows]))
+        kinds = [k for r in rows for k in r["substitutions"]]
+        wrong = [r["incorrect"] for r in rows]
+        within = 0 < sum(wrong) < len(wrong)  # AUROC inside the tier needs both labels
+        summary[f"tier_{tier}"] = {
+            "questions": len(rows),
+            "incorrect": int(sum(r["incorrect"] for r in rows)),
+            **{f"{m}_mean": float(np.mean([r[m] for r in rows])) for m in METHODS},
+            **{
+                f"{m}_auroc": auroc([r[m] for r in rows], wrong) if within else float("nan")
+                for m in METHODS
+            },
+            "sdlg_alternatives_mean": float(np.mean([len(r["alternatives"]) for r in rows])),
+            "sdlg_alternative_weight_mean": float(
+                np.mean([w for r in rows for w in r["weights"][1:]] or [np.nan])
+            ),
+            "substitutions": {k: kinds.count(k) / max(len(kinds), 1) for k in SUBSTITUTION_KINDS},
+        }
     return summary
