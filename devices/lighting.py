@@ -2,7 +2,11 @@
 
 Illuminances are typical values (lux on the scene): moonless lit street ~10, living room ~50-150,
 office ~500 (EN 12464-1), overcast day ~2,000-5,000, open shade / daylight ~20,000, direct sun
-~100,000. Colours are blackbody colour temperatures turned into linear-RGB channel gains relative
+~100,000. Two sets: ``LIGHTINGS`` ("wide-range", 9 environments from a lit street at night to
+direct sun) and ``DARK_ROOM_LIGHTINGS`` ("es-diverse", 6 indoor lamp environments of a dark room
+lit by two ceiling lamps, as ImageNet-ES Diverse was captured: one or both lamps, warm or cool,
+one dimmed; 10 to 250 lux on the print, typical of residential ceiling lighting). Colours are
+blackbody colour temperatures turned into linear-RGB channel gains relative
 to D65 (``sensor.illuminant_rgb``); discharge lamps whose spectra are far from a blackbody (sodium)
 give their gains directly. Flicker: light output modulation depth at twice the mains frequency.
 """
@@ -102,13 +106,78 @@ LIGHTINGS: dict[str, Lighting] = {
 }
 
 
+# A dark room (no daylight) lit by two ceiling lamps, lux on the print below them; the lamps are
+# a warm (2700 K) and a cool (5000 K) LED lamp, LED drivers flicker a little, a dimmed one more.
+DARK_ROOM_LIGHTINGS: dict[str, Lighting] = {
+    lit.name: lit
+    for lit in (
+        Lighting(
+            "lamp-dimmed",
+            10.0,
+            2700.0,
+            flicker_depth=0.3,
+            description="dark room, the warm lamp dimmed low (PWM dimming flickers)",
+        ),
+        Lighting(
+            "lamp-warm",
+            35.0,
+            2700.0,
+            flicker_depth=0.1,
+            description="dark room, the warm ceiling lamp alone",
+        ),
+        Lighting(
+            "lamp-cool",
+            60.0,
+            5000.0,
+            flicker_depth=0.1,
+            description="dark room, the cool ceiling lamp alone",
+        ),
+        Lighting(
+            "lamps-mixed",
+            95.0,
+            3600.0,
+            flicker_depth=0.1,
+            description="dark room, both lamps (warm + cool mix)",
+        ),
+        Lighting(
+            "lamps-cool-near",
+            150.0,
+            5000.0,
+            flicker_depth=0.1,
+            description="dark room, both lamps, the cool one moved above the print",
+        ),
+        Lighting(
+            "lamps-bright",
+            250.0,
+            4000.0,
+            flicker_depth=0.1,
+            description="dark room, both lamps at full power close to the print",
+        ),
+    )
+}
+
+LIGHTING_SETS: dict[str, tuple[str, ...]] = {
+    "es-diverse": tuple(DARK_ROOM_LIGHTINGS),
+    "wide-range": tuple(LIGHTINGS),
+}
+
+
 def get_lighting(lighting: str | Lighting) -> Lighting:
-    """The environment named ``lighting`` (or ``lighting`` itself); unknown names are InputError."""
+    """The environment named ``lighting`` (either set, or ``lighting`` itself); unknown names are
+    InputError."""
     if isinstance(lighting, Lighting):
         return lighting
-    try:
-        return LIGHTINGS[lighting]
-    except KeyError:
+    found = LIGHTINGS.get(lighting) or DARK_ROOM_LIGHTINGS.get(lighting)
+    if found is None:
+        known = ", ".join([*LIGHTINGS, *DARK_ROOM_LIGHTINGS])
+        raise InputError(f"unknown lighting '{lighting}'; expected one of {known}")
+    return found
+
+
+def lighting_set(name: str) -> tuple[str, ...]:
+    """Environment names of the lighting set ``name`` ("es-diverse" | "wide-range")."""
+    if name not in LIGHTING_SETS:
         raise InputError(
-            f"unknown lighting '{lighting}'; expected one of {', '.join(LIGHTINGS)}"
-        ) from None
+            f"unknown lighting set '{name}'; expected one of {', '.join(LIGHTING_SETS)}"
+        )
+    return LIGHTING_SETS[name]

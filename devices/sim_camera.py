@@ -5,6 +5,21 @@ it with the requested ISO / shutter / aperture via ``sensor.simulate``. Named ph
 the band the photo classifier holds out (40-60 % of the long side, models/photo_cnn/data.py), so
 classifier accuracy on captures is measured on pixels it never trained on. No sleeping unless
 ``realtime=True``; ``Frame.latency_s`` reports shutter + readout (+ AE convergence) anyway.
+
+With ``mount=PrintMount()`` the scene is a photographic print on a dark backdrop (ImageNet-ES
+Diverse's set-up, devices/print_mount.py): the frame shows the backdrop, the print fills the box
+``Frame.metadata["print_box"]``.
+
+Auto-exposure (``meter``) models a compact camera's program mode with auto ISO: (1) the meter
+reads the frame's mean luminance in the gamma-encoded preview ("average", whole frame) or weights
+the centre ("center-weighted": 60 % on the central disc of half the short side, 40 % on the whole
+frame) and aims it at the reflected-meter calibration (K = 12.5, ~12 % reflectance renders as
+mid-grey), with a 0.15-stop rms metering error; (2) the aperture is Av = EV100 / 2 - 1 (APEX),
+kept between wide open (the lens's smallest f-number) and f/11, so it is wide open in dim
+light; (3) the shutter follows down to the hand-held floor of 1/60 s; (4) then the ISO rises (auto ISO up to 12800);
+(5) only then does the shutter get slower than 1/60 s; (6) in light too bright for 1/8000 s the
+aperture closes further. The camera does not know it is on a tripod, and a dark backdrop
+around a bright subject makes an average meter over-expose the subject, as real cameras do.
 """
 
 from __future__ import annotations
@@ -20,6 +35,7 @@ import numpy as np
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
 from edgekit.devices.lighting import LIGHTINGS, Lighting, get_lighting
+from edgekit.devices.print_mount import PrintMount
 from edgekit.devices.scenes import HELDOUT_BAND, PHOTOS, load_photo
 from edgekit.devices.sensor import (
     DEFAULT_SENSOR,
@@ -43,6 +59,27 @@ HANDHELD_SHUTTER_S = 1 / 60  # program mode raises ISO before going slower than 
 AUTO_ISO_MAX = 12800.0  # auto-ISO ceiling before the shutter gets longer than HANDHELD_SHUTTER_S
 AE_CONVERGENCE_FRAMES = 3  # preview frames the AE loop needs before the capture
 PREVIEW_FRAME_S = 1 / 30  # preview frame interval during AE convergence
+METERING_MODES = ("average", "center-weighted")
+CENTER_WEIGHT = 0.6  # centre-weighted metering: share of the weight on the central disc
+CENTER_DISC_FRACTION = 0.5  # diameter of that disc / the frame's short side
+
+
+@lru_cache(maxsize=16)
+def metering_weights(shape: tuple[int, int], mode: str) -> np.ndarray:
+    """(H, W) float32 metering weights summing to 1 for ``mode`` (one of METERING_MODES)."""
+    h, w = shape
+    uniform = np.full((h, w), 1.0 / (h * w), dtype=np.float32)
+    if mode == "average":
+        uniform.setflags(write=False)
+        return uniform
+    if mode != "center-weighted":
+        raise InputError(f"metering must be one of {', '.join(METERING_MODES)}, got {mode!r}")
+    yy, xx = np.mgrid[0:h, 0:w]
+    radius = CENTER_DISC_FRACTION * min(h, w) / 2
+    disc = ((yy + 0.5 - h / 2) ** 2 + (xx + 0.5 - w / 2) ** 2 <= radius**2).astype(np.float32)
+    weights = CENTER_WEIGHT * disc / disc.sum() + (1 - CENTER_WEIGHT) * uniform
+    weights.setflags(write=False)
+    return weights
 
 
 def _frame_box(h: int, w: int, aspect: float, region: str) -> tuple[int, int, int, int]:
@@ -99,7 +136,10 @@ class SimCamera(Camera):
     wrong pixel format would (consumers must refuse it, not crash); ``tour_every=N`` moves to
     the next scene and the next lighting environment every N captures (a live-looking stream
     for the daemon); ``realtime=True``
-    sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos.
+    sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos;
+    ``mount``: None (the scene fills the frame) or a PrintMount (a print on a dark backdrop);
+    ``metering``: "average" or "center-weighted" (auto-exposure); ``aperture_range``: the lens's
+    (smallest, largest) f-number.
     """
 
     name = "sim"
@@ -118,6 +158,9 @@ class SimCamera(Camera):
         tour_every: int | None = None,
         realtime: bool = False,
         sensor: SensorParams = DEFAULT_SENSOR,
+        mount: PrintMount | None = None,
+        metering: str = "average",
+        aperture_range: tuple[float, float] = APERTURE_RANGE,
     ) -> None:
         self.size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
         if min(self.size) < 8:
@@ -133,6 +176,19 @@ class SimCamera(Camera):
         self.tour_every = tour_every
         self.realtime = realtime
         self.sensor = sensor
+        if metering not in METERING_MODES:
+            raise InputError(
+                f"metering must be one of {', '.join(METERING_MODES)}, got {metering!r}"
+            )
+        self.metering = metering
+        lo, hi = float(aperture_range[0]), float(aperture_range[1])
+        if not 0 < lo <= hi:
+            raise InputError(
+                f"aperture_range must be (smallest, largest) f-number > 0, got {aperture_range}"
+            )
+        self.aperture_range = (lo, hi)
+        self.mount = mount
+        self.print_box = mount.box(self.size) if mount is not None else None
         self.scenes = list(scenes)
         if not self.scenes and scene is None:
             raise InputError("SimCamera needs a scene or a non-empty scenes list")
@@ -147,7 +203,8 @@ class SimCamera(Camera):
     @classmethod
     def from_spec(cls, arg: str, **options: Any) -> SimCamera:
         """``seed=3,lighting=dim-room,size=128`` (or ``size=96x128``, ``scene=coffee``,
-        ``fail_after=5``, ``realtime=1``, ``region=full``); keyword ``options`` win."""
+        ``fail_after=5``, ``realtime=1``, ``region=full``, ``mount=print``,
+        ``metering=center-weighted``); keyword ``options`` win."""
         kwargs: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in arg.split(","))):
             key, sep, value = part.partition("=")
@@ -162,12 +219,16 @@ class SimCamera(Camera):
                 kwargs[key] = (int(h), int(w or h))
             elif key == "realtime":
                 kwargs[key] = value.lower() in ("1", "true", "yes")
-            elif key in ("lighting", "scene", "region"):
+            elif key in ("lighting", "scene", "region", "metering"):
                 kwargs[key] = value
+            elif key == "mount":
+                if value not in ("print", "none"):
+                    raise InputError(f"sim camera mount must be 'print' or 'none', got {value!r}")
+                kwargs[key] = PrintMount() if value == "print" else None
             else:
                 raise InputError(
                     f"unknown sim camera option '{key}'; expected seed, lighting, size, scene, "
-                    "region, fail_after, glitch_every, tour_every, realtime"
+                    "region, fail_after, glitch_every, tour_every, realtime, mount, metering"
                 )
         kwargs.update(options)
         return cls(**kwargs)
@@ -178,12 +239,17 @@ class SimCamera(Camera):
         if isinstance(scene, (int, np.integer)):
             self._scene_index = int(scene) % len(self.scenes)
             scene = self.scenes[self._scene_index]
+        size = self.size
+        if self.print_box is not None:
+            y0, y1, x0, x1 = self.print_box
+            size = (y1 - y0, x1 - x0)
         if isinstance(scene, str):
-            self.scene_linear = _named_scene(scene, self.size, self.region)
+            linear = _named_scene(scene, size, self.region)
             self.scene_name = scene
         else:
-            self.scene_linear = _prepare(_as_srgb(scene), self.size, "full")
+            linear = _prepare(_as_srgb(scene), size, "full")
             self.scene_name = name or "array"
+        self.scene_linear = linear if self.mount is None else self.mount.compose(linear, self.size)
 
     def next_scene(self) -> str:
         """Move to the next entry of ``scenes`` (cyclic); returns its name."""
@@ -198,28 +264,35 @@ class SimCamera(Camera):
         return {
             "iso": ControlRange("iso", *ISO_RANGE),
             "shutter_s": ControlRange("shutter_s", *SHUTTER_RANGE),
-            "aperture_f": ControlRange("aperture_f", *APERTURE_RANGE),
+            "aperture_f": ControlRange("aperture_f", *self.aperture_range),
         }
 
-    def scene_luminance(self, encoded: bool = False) -> float:
-        """Mean scene luminance in cd/m^2 (Lambertian: L = E * rho / pi) under the lighting.
+    def scene_luminance(self, encoded: bool = False, metering: str = "average") -> float:
+        """Mean scene luminance in cd/m^2 (Lambertian: L = E * rho / pi) under the lighting,
+        weighted by ``metering`` (METERING_MODES) over the whole frame.
 
         ``encoded=True`` averages in the sRGB-encoded domain (then decodes), as a camera meter
         that reads its gamma-encoded preview does: a typical photo then renders near mid-grey.
         """
         gains = np.asarray(self.lighting.gains(), dtype=np.float32)
-        lum = np.clip(luminance(self.scene_linear * gains), 0.0, 1.0)
-        rho = float(srgb_to_linear(linear_to_srgb(lum).mean())) if encoded else float(lum.mean())
+        lum = np.clip(luminance(self.scene_linear * gains), 0.0, 1.0)  # (H, W)
+        weights = metering_weights(lum.shape, metering)  # (H, W), sums to 1
+        if encoded:
+            rho = float(srgb_to_linear(np.sum(linear_to_srgb(lum) * weights)))
+        else:
+            rho = float(np.sum(lum * weights))
         return self.lighting.lux * rho / math.pi
 
     def meter(self, rng: np.random.Generator | None = None) -> CaptureSettings:
-        """Program-mode auto-exposure from average metering (18 % grey), with metering error."""
-        lum = max(self.scene_luminance(encoded=True), 1e-6)
+        """Program-mode auto-exposure (module docstring) from this camera's metering mode, with
+        metering error drawn from ``rng`` (none when None)."""
+        wide, closed = self.aperture_range
+        lum = max(self.scene_luminance(encoded=True, metering=self.metering), 1e-6)
         ev100 = math.log2(lum * 100.0 / REFLECTED_METER_K)
         if rng is not None:
             ev100 += float(rng.normal(0.0, METERING_ERROR_EV))
         # aperture: wide open in the dark, stopping down to f/11 as the light grows
-        av = min(max(ev100 / 2 - 1, 2 * math.log2(APERTURE_RANGE[0])), 2 * math.log2(11.0))
+        av = min(max(ev100 / 2 - 1, 2 * math.log2(wide)), 2 * math.log2(max(11.0, wide)))
         n = 2 ** (av / 2)
         t = 2 ** (av - ev100)  # at ISO 100
         iso = 100.0
@@ -231,7 +304,7 @@ class SimCamera(Camera):
                 iso, t = iso * t / SHUTTER_RANGE[1], SHUTTER_RANGE[1]
         elif t < SHUTTER_RANGE[0]:
             # too bright even at 1/8000 s: stop down (N^2 / t = 2^EV100 at ISO 100)
-            n = min(math.sqrt(2**ev100 * SHUTTER_RANGE[0]), APERTURE_RANGE[1])
+            n = min(math.sqrt(2**ev100 * SHUTTER_RANGE[0]), closed)
             t = n**2 / 2**ev100
         applied, _ = self.clamp(CaptureSettings(iso=iso, shutter_s=t, aperture_f=n))
         return replace(applied, auto_exposure=True)
@@ -310,6 +383,7 @@ class SimCamera(Camera):
                 "clipped_fraction": out.clipped_fraction,
                 "seed": self.seed,
                 "capture_index": self.captures - 1,
+                "print_box": self.print_box,
                 **out.info,
             },
         )

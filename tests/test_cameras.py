@@ -315,3 +315,79 @@ def test_speed_smoke() -> None:
         for s in GRID[:9]:
             assert cam.capture(s).image.shape == (size, size, 3)
         print(f"sim {size}x{size}: {(time.perf_counter() - start) / 9 * 1000:.2f} ms/capture")
+
+
+# --- the ES-Diverse set-up: a print on a dark backdrop, dark-room lamps, metering modes --------
+
+
+def test_print_mount_layout_and_reflectances() -> None:
+    from edgekit.devices.print_mount import PrintMount
+
+    mount = PrintMount()
+    assert mount.box((128, 128)) == (32, 96, 32, 96)
+    assert mount.box((96, 128)) == (24, 72, 40, 88)  # centred, side = half the short side
+    image = np.zeros((64, 64, 3), np.float32)
+    image[:, 32:] = 1.0  # half black ink, half paper white
+    frame = mount.compose(image, (128, 128))
+    assert frame.shape == (128, 128, 3) and frame.dtype == np.float32
+    assert np.allclose(frame[:32], mount.backdrop) and np.allclose(frame[:, :32], mount.backdrop)
+    assert np.allclose(frame[32:96, 32:64], mount.ink_black)
+    assert np.allclose(frame[32:96, 64:96], mount.paper_white)
+    with pytest.raises(InputError, match="print must be"):
+        mount.compose(np.zeros((10, 10, 3)), (128, 128))
+    with pytest.raises(InputError, match="print_fraction"):
+        PrintMount(print_fraction=0.0)
+    with pytest.raises(InputError, match="ink_black"):
+        PrintMount(ink_black=0.9, paper_white=0.5)
+
+
+def test_dark_room_lighting_set() -> None:
+    from edgekit.devices.lighting import DARK_ROOM_LIGHTINGS, LIGHTING_SETS, lighting_set
+
+    assert set(LIGHTING_SETS) == {"es-diverse", "wide-range"}
+    assert lighting_set("wide-range") == tuple(LIGHTINGS)
+    dark = [get_lighting(n) for n in lighting_set("es-diverse")]
+    assert len(dark) == 6 and dark == list(DARK_ROOM_LIGHTINGS.values())
+    lux = [lit.lux for lit in dark]
+    assert lux == sorted(lux) and lux[0] >= 5 and lux[-1] <= 500  # indoor lamps, no daylight
+    assert not set(DARK_ROOM_LIGHTINGS) & set(LIGHTINGS)  # names stay unique across sets
+    with pytest.raises(InputError, match="unknown lighting set"):
+        lighting_set("studio")
+
+
+def test_metering_weights_and_modes() -> None:
+    from edgekit.devices.sim_camera import metering_weights
+
+    avg = metering_weights((64, 64), "average")
+    cw = metering_weights((64, 64), "center-weighted")
+    assert avg.sum() == pytest.approx(1.0) and cw.sum() == pytest.approx(1.0, abs=1e-5)
+    assert cw[32, 32] > 3 * avg[32, 32] and cw[0, 0] == pytest.approx(0.4 * avg[0, 0])
+    with pytest.raises(InputError, match="metering"):
+        SimCamera(metering="spot")
+
+
+def test_average_metering_over_exposes_a_print_on_a_dark_backdrop() -> None:
+    """A print covering a quarter of the frame on a dark wall: the average meter sees mostly wall
+    and over-exposes the print; centre-weighted metering lands closer to mid-grey."""
+    from edgekit.devices.print_mount import PrintMount
+
+    means = {}
+    for metering in ("average", "center-weighted"):
+        cam = SimCamera(
+            scene="coffee", lighting="lamps-mixed", size=128, mount=PrintMount(), seed=1,
+            metering=metering, aperture_range=(5.0, 22.0),
+        )  # fmt: skip
+        frame = cam.capture(CaptureSettings(auto_exposure=True))
+        y0, y1, x0, x1 = frame.metadata["print_box"]
+        assert frame.image.shape == (128, 128, 3) and (y0, y1, x0, x1) == (32, 96, 32, 96)
+        assert frame.settings.aperture_f == 5.0  # dim room: wide open, the lens's f/5
+        assert frame.settings.shutter_s == pytest.approx(1 / 60)  # hand-held floor, then ISO up
+        assert frame.settings.iso > 1000
+        means[metering] = float(frame.image[y0:y1, x0:x1].mean())
+        assert frame.image[:16].mean() < means[metering]  # the backdrop stays dark
+    assert means["average"] > 140 and means["average"] > means["center-weighted"] + 20, means
+    cam = SimCamera.from_spec("mount=print,metering=center-weighted,size=64")
+    assert cam.mount is not None and cam.metering == "center-weighted"
+    assert cam.capture(GRID[0]).metadata["print_box"] == (16, 48, 16, 48)
+    with pytest.raises(InputError, match="mount"):
+        SimCamera.from_spec("mount=poster")

@@ -187,6 +187,7 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         lens_plot,
         lens_table,
         summarise,
+        visit_table,
     )
 
     config = LensBenchConfig(
@@ -200,8 +201,10 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     )
     report = run_lens_bench(config, progress=False, bundle_root=tmp_path)
     methods = summarise(report)["photo-cnn onnx-fp32"]
-    expected = {"clean", "ae", "naive", "best-fixed", "oracle", "lens K=27"}
+    assert report["config"]["scene_set"] == "wide-range"  # the set holding these environments
+    expected = {"clean", "ae", "ae center-weighted", "naive", "best-fixed", "oracle", "lens K=27"}
     expected |= {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
+    expected |= {f"lens K={k} selected" for k in (3, 6, 9)}
     expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
         "margin", "entropy")}  # fmt: skip
     assert set(methods) == expected
@@ -219,5 +222,68 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     env_table = environment_table(report)
     assert env_table.row_count == len(report["config"]["environments"])
     assert len(env_table.columns) == 2 + 4 * len(summarise(report))
-    assert {c["claim"] for c in lens_checks(report)}
+    run = report["models"]["photo-cnn onnx-fp32"]["runs"][0]
+    for k in (3, 6, 9):  # the selected row repeats the calibration-best strategy's row
+        picked = run["methods"][f"lens K={k} selected"]["strategy"]
+        best = max(calibration[f"lens K={k} {s}"] for s in STRATEGIES)
+        assert calibration[f"lens K={k} {picked}"] == best
+        assert (
+            run["methods"][f"lens K={k} selected"]["accuracy"]
+            == (run["methods"][f"lens K={k} {picked}"]["accuracy"])
+        )
+    visit = run["visit"]
+    assert 0.0 <= visit["auroc"] <= 1.0 and 0.0 <= visit["k27_wrong_dark_share"] <= 1.0
+    assert visit_table(report).row_count == 1
+    claims = {c["claim"] for c in lens_checks(report)}
+    assert "lens K=6 selected > best-fixed beyond noise" in claims
+    assert {
+        f"lens K=6 selected keeps >= 90% of the K=27 gain over {b}" for b in ("ae", "naive")
+    } <= (claims)
     assert lens_plot(report, tmp_path / "lens.png").stat().st_size > 0
+
+
+def test_scene_sets_resolve_and_bad_names_fail() -> None:
+    from edgekit.errors import InputError
+    from edgekit.lens_bench import DEFAULT_SCENE_SET, resolve_scene_set, selected_strategy
+
+    assert DEFAULT_SCENE_SET == "es-diverse" and resolve_scene_set(None, None) == "es-diverse"
+    assert resolve_scene_set(None, ("dim-room", "office")) == "wide-range"
+    assert resolve_scene_set(None, ("lamp-warm",)) == "es-diverse"
+    with pytest.raises(InputError, match="mix lighting sets"):
+        resolve_scene_set(None, ("lamp-warm", "office"))
+    with pytest.raises(InputError, match="not in the 'es-diverse' set"):
+        resolve_scene_set("es-diverse", ("office",))
+    with pytest.raises(InputError, match="unknown scene set"):
+        resolve_scene_set("studio", None)
+    with pytest.raises(InputError, match="unknown lighting"):
+        resolve_scene_set(None, ("moonlight",))
+    calibration = {f"lens K=6 {s}": a for s, a in zip(STRATEGIES, (0.5, 0.7, 0.7), strict=True)}
+    assert selected_strategy(calibration, 6) == STRATEGIES[1]  # ties: STRATEGIES order
+
+
+def test_es_diverse_captures_are_the_print_region(scene) -> None:
+    """The ES-Diverse set frames a print (2x the scene) on a dark backdrop; the classifier gets
+    the print region; average-metered AE over-exposes it more than centre-weighted AE."""
+    from edgekit.lens_bench import bench_camera, capture_set, classifier_view
+
+    cam = bench_camera(scene, "lamp-cool", 0, "es-diverse", "average")
+    frame = cam.capture(paper_grid()[4])
+    assert frame.image.shape == (128, 128, 3) and classifier_view(frame).shape == (64, 64, 3)
+    assert cam.capabilities()["aperture_f"].minimum == 5.0
+    caps = capture_set(scene[None], ["lamp-cool", "lamps-bright"], 0, 2, scene_set="es-diverse")
+    assert caps["grid"].shape == (2, 1, 27, 64, 64, 3) and caps["ae"].shape == (2, 1, 2, 64, 64, 3)
+    assert caps["ae center-weighted"].shape == (2, 1, 2, 64, 64, 3)
+    assert caps["ae"].mean() > caps["ae center-weighted"].mean() + 10
+    assert caps["grid_latency"].shape == (2, 1, 27) and caps["meter_ev"].shape == (2, 1)
+    assert caps["meter_ev"][1, 0] > caps["meter_ev"][0, 0]  # more light, higher metered EV
+
+
+def test_auroc_matches_pairwise_definition() -> None:
+    from edgekit.lens_bench import auroc
+
+    scores = np.array([0.9, 0.8, 0.8, 0.3, 0.1])
+    positive = np.array([True, False, True, False, False])
+    pairs = [(p, n) for p in scores[positive] for n in scores[~positive]]
+    expected = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs])
+    assert auroc(scores, positive) == pytest.approx(expected)
+    assert math.isnan(auroc(scores, np.zeros(5, bool)))

@@ -280,27 +280,13 @@ def print_lens(report: dict[str, Any], out: Path, console: Any) -> None:
     """The Lens report's tables, checks and notes (as ``edgekit eval lens``), written to
     ``out/lens.json`` and ``out/lens.png``."""
     from edgekit.benchtable import write_report
-    from edgekit.lens_report import (
-        calibration_table,
-        environment_table,
-        lens_checks,
-        lens_plot,
-        lens_table,
-        overhead_table,
-        summarise,
-    )
+    from edgekit.lens_report import lens_checks, lens_plot, print_report, summarise
 
     report["summary"] = summarise(report)
     report["checks"] = lens_checks(report)
     write_report(report, out / "lens.json")
     lens_plot(report, out / "lens.png")
-    for table in (lens_table, environment_table, calibration_table, overhead_table):
-        console.print(table(report))
-    for c in report["checks"]:
-        mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
-        console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
-    for note in report["notes"]:
-        console.print(f"note: {note}")
+    print_report(report, console)
     facts = report.get("ray") or {}
     console.print(
         f"wrote {out / 'lens.json'} and {out / 'lens.png'} ({report['elapsed_s']:.0f} s, "

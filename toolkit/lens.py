@@ -131,6 +131,16 @@ def around_level(levels: list[list[int]], centre: int) -> list[int]:
     return firsts + rest
 
 
+def classifier_view(frame: Any) -> np.ndarray:
+    """What the classifier is given of a capture (h, w, 3) uint8: the print region when the
+    frame has one (``metadata["print_box"]``, a sim camera with a PrintMount), else the frame."""
+    box = frame.metadata.get("print_box")
+    if box is None:
+        return frame.image
+    y0, y1, x0, x1 = box
+    return frame.image[y0:y1, x0:x1]
+
+
 @dataclass
 class Decision:
     """One Lens decision. ``image``: the chosen capture (H, W, 3) uint8; ``scores``: VisiT of
@@ -294,8 +304,9 @@ class LensController:
         """Capture the planned candidates, score them with VisiT in one batch, keep the best.
 
         ``scene_frame`` (H, W, 3) uint8, when given, is set as the scene on cameras with
-        ``set_scene`` (the simulator). A camera that disconnects mid-decision leaves the last
-        good setting in place and raises CameraDisconnected naming it.
+        ``set_scene`` (the simulator). VisiT scores the ``classifier_view`` of each capture. A
+        camera that disconnects mid-decision leaves the last good setting in place and raises
+        CameraDisconnected naming it.
         """
         from edgekit.visit import best_index, visit_scores
 
@@ -308,7 +319,10 @@ class LensController:
         frames = self._capture(candidates, 0)
         started = time.perf_counter()
         scores, logits = visit_scores(
-            self.runner, np.stack([f.image for f in frames]), self.variant, return_logits=True
+            self.runner,
+            np.stack([classifier_view(f) for f in frames]),
+            self.variant,
+            return_logits=True,
         )
         k, first_s = min(self.budget_k, len(self.grid)), 0.0
         if self.strategy == "two-stage" and k < len(self.grid):
@@ -318,7 +332,7 @@ class LensController:
                 frames += self._capture(extra, len(candidates))
                 started = time.perf_counter()
                 more, more_logits = visit_scores(
-                    self.runner, np.stack([f.image for f in frames[len(candidates) :]]),
+                    self.runner, np.stack([classifier_view(f) for f in frames[len(candidates) :]]),
                     self.variant, return_logits=True,
                 )  # fmt: skip
                 scores = np.concatenate([scores, more])
@@ -346,7 +360,7 @@ class LensController:
             pred=pred,
             label=self.labels[pred] if self.labels and pred < len(self.labels) else None,
             scores=scores,
-            image=frames[best].image,
+            image=classifier_view(frames[best]),
             over_budget=self.latency_budget_s is not None
             and sum(self.capture_cost_s(i) for i in candidates) > self.latency_budget_s,
         )

@@ -3,7 +3,8 @@
 ``summarise(report)`` turns the per-seed runs of ``run_lens_bench`` into
 {model: {method: {"accuracy": (mean, std), "by_env": [(mean, std)], "captures", "latency_ms",
 "visit_ms"}}}; ``lens_checks`` judges the qualitative claims on paired per-seed differences
-("beyond noise" = the mean paired difference exceeds its std over seeds).
+("beyond noise" = the mean paired difference exceeds its std over seeds). One report per scene
+set ("es-diverse", "wide-range"; lens_bench.SCENE_SETS); ``eval_lens`` runs and prints both.
 """
 
 from __future__ import annotations
@@ -19,7 +20,11 @@ METHOD_ORDER = ("clean", "ae", "naive", "best-fixed", "lens K=27")
 
 def _ordered(methods: list[str]) -> list[str]:
     lens = [m for m in methods if m.startswith("lens K=") and m != "lens K=27"]  # as benchmarked
-    return [*[m for m in METHOD_ORDER if m in methods], *lens, "oracle"]
+    ordered = [m for m in METHOD_ORDER if m in methods]
+    other_ae = [m for m in methods if m.startswith("ae ")]  # AE with other metering modes
+    if other_ae:
+        ordered[ordered.index("ae") + 1 : ordered.index("ae") + 1] = other_ae
+    return [*ordered, *lens, "oracle"]
 
 
 def _ms(values: list[float]) -> tuple[float, float]:
@@ -53,14 +58,36 @@ def _paired(runs: list[dict[str, Any]], a: str, b: str) -> tuple[float, float]:
     return float(np.mean(diff)), float(np.std(diff))
 
 
+def small_k_method(report: dict[str, Any], k: int = 6) -> str | None:
+    """The headline small-K Lens row of ``report``: "lens K=k selected" (strategy selected on
+    the calibration scenes) when present, else the default strategy's; None if K=k was not run."""
+    from edgekit.lens import DEFAULT_STRATEGY
+
+    methods = next(iter(report["models"].values()))["runs"][0]["methods"]
+    for name in (f"lens K={k} selected", f"lens K={k} {DEFAULT_STRATEGY}", f"lens K={k}"):
+        if name in methods:
+            return name
+    return None
+
+
 def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The qualitative claims per model, each {"model", "claim", "passed", "detail"}."""
+    """The qualitative claims per model, each {"model", "claim", "passed", "detail"}.
+
+    "Beyond noise": the mean paired (same seed) difference is positive and larger than its std
+    over seeds. "Gain over X" of a Lens row: its accuracy minus X's ("ae": the camera's
+    auto-exposure, the primary baseline; "naive": a random grid setting); a small-K row "keeps
+    >= 90 % of the K=27 gain" when its gain is >= 0.9 x the K=27 gain and that gain is > 0.
+    """
     checks = []
     for model, entry in report["models"].items():
         runs = entry["runs"]
         ks = sorted({int(m.split()[1][2:]) for m in runs[0]["methods"] if m.startswith("lens K=")})
-        strategies = report["config"].get("strategies") or [None]
-        for a, b in (("lens K=27", "best-fixed"), ("best-fixed", "ae"), ("oracle", "lens K=27")):
+        small = max([k for k in ks if k <= 6], default=None)
+        headline = small_k_method(report, small) if small is not None else None
+        pairs = [("lens K=27", "best-fixed"), ("best-fixed", "ae"), ("oracle", "lens K=27")]
+        if headline is not None:
+            pairs += [(headline, "best-fixed"), (headline, "ae"), ("oracle", headline)]
+        for a, b in pairs:
             mean, std = _paired(runs, a, b)
             checks.append(
                 {
@@ -70,35 +97,22 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
                     "detail": f"paired diff {100 * mean:+.1f} ± {100 * std:.1f} pts",
                 }
             )
-        small = [k for k in ks if k <= 6]
-        if small:
-            k = max(small)
-            ae = np.mean([r["methods"]["ae"]["accuracy"] for r in runs])
-            full = np.mean([r["methods"]["lens K=27"]["accuracy"] for r in runs]) - ae
-            for strategy in strategies:
-                name = f"lens K={k}" if strategy is None else f"lens K={k} {strategy}"
-                part = np.mean([r["methods"][name]["accuracy"] for r in runs]) - ae
-                ratio = float(part / full) if full > 0 else float("nan")
-                checks.append(
-                    {
-                        "model": model,
-                        "claim": f"{name} keeps >= 90% of the K=27 gain over AE",
-                        "passed": bool(full > 0 and ratio >= 0.9),
-                        "detail": f"gain {100 * part:+.1f} vs K=27 {100 * full:+.1f} pts "
-                        f"({100 * ratio:.0f}%)",
-                    }
-                )
-            for strategy in strategies[1:]:
-                name = f"lens K={k} {strategy}"
-                mean, std = _paired(runs, name, "ae")
-                checks.append(
-                    {
-                        "model": model,
-                        "claim": f"{name} > ae beyond noise",
-                        "passed": bool(mean > 0 and mean > std),
-                        "detail": f"paired diff {100 * mean:+.1f} ± {100 * std:.1f} pts",
-                    }
-                )
+        if headline is None:
+            continue
+        for base in ("ae", "naive"):
+            ref = np.mean([r["methods"][base]["accuracy"] for r in runs])
+            full = np.mean([r["methods"]["lens K=27"]["accuracy"] for r in runs]) - ref
+            part = np.mean([r["methods"][headline]["accuracy"] for r in runs]) - ref
+            ratio = float(part / full) if full > 0 else float("nan")
+            checks.append(
+                {
+                    "model": model,
+                    "claim": f"{headline} keeps >= 90% of the K=27 gain over {base}",
+                    "passed": bool(full > 0 and ratio >= 0.9),
+                    "detail": f"gain {100 * part:+.1f} vs K=27 {100 * full:+.1f} pts "
+                    f"({100 * ratio:.0f}%)",
+                }
+            )
     return checks
 
 
@@ -116,8 +130,9 @@ def lens_table(report: dict[str, Any]) -> Any:
 
     summary = summarise(report)
     seeds = len(report["config"]["seeds"])
+    scene_set = report["config"].get("scene_set", "wide-range")
     table = Table(
-        title=f"Lens on the simulated ES-Diverse set (mean ± std over {seeds} seeds; "
+        title=f"Lens on the simulated '{scene_set}' set (mean ± std over {seeds} seeds; "
         f"{report['config']['test_scenes']} test scenes x {len(report['config']['environments'])} "
         "lighting environments)"
     )
@@ -139,23 +154,22 @@ def lens_table(report: dict[str, Any]) -> Any:
 
 def environment_table(report: dict[str, Any]) -> Any:
     """A rich Table: top-1 (%) per lighting environment (rows, with lux) for each model's
-    auto-exposure, best-fixed, Lens K=6 (default strategy) and oracle — where Lens wins and
+    auto-exposure, best-fixed, Lens K=6 (``small_k_method``) and oracle — where Lens wins and
     where it loses."""
     from rich.table import Table
 
     from edgekit.devices.lighting import get_lighting
-    from edgekit.lens import DEFAULT_STRATEGY
 
     summary = summarise(report)
     envs = report["config"]["environments"]
-    lens = f"lens K=6 {DEFAULT_STRATEGY}"
+    lens = small_k_method(report) or "lens K=27"
     methods = ("ae", "best-fixed", lens, "oracle")
     table = Table(title="Top-1 (%) by lighting environment (mean over seeds)")
     table.add_column("Environment")
     table.add_column("lux", justify="right")
     for model in summary:
         for m in methods:
-            table.add_column(f"{model}\n{m.replace(' ' + DEFAULT_STRATEGY, '')}", justify="right")
+            table.add_column(f"{model}\n{m}", justify="right")
     for e, env in enumerate(envs):
         cells = [env, f"{get_lighting(env).lux:g}"]
         for rows in summary.values():
@@ -184,6 +198,44 @@ def calibration_table(report: dict[str, Any]) -> Any:
     return table
 
 
+def visit_table(report: dict[str, Any]) -> Any:
+    """A rich Table: is VisiT (top-1) a good judge of captures on this set? Per model (mean ± std
+    over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
+    score of right / wrong / near-black captures, accuracy on near-black captures, and what
+    Lens K=27's wrong picks are (near-black, blown-out, the most frequent wrong class)."""
+    from rich.table import Table
+
+    from edgekit.devices.scenes import PHOTOS
+
+    table = Table(title="VisiT diagnostics on the test captures (why Lens K=27 wins or loses)")
+    cols = (
+        ("AUROC", "auroc", 1.0, 3),
+        ("AUROC in scene", "auroc_within_scene", 1.0, 3),
+        ("top-1 right", "score_right", 1.0, 2),
+        ("top-1 wrong", "score_wrong", 1.0, 2),
+        ("top-1 near-black", "score_dark", 1.0, 2),
+        ("acc near-black (%)", "dark_accuracy", 100.0, 1),
+        ("K=27 wrong: black (%)", "k27_wrong_dark_share", 100.0, 0),
+        ("K=27 wrong: blown (%)", "k27_wrong_blown_share", 100.0, 0),
+    )
+    table.add_column("Model")
+    for title, *_ in cols:
+        table.add_column(title, justify="right")
+    table.add_column("K=27 wrong: top class", justify="right")
+    for model, entry in report["models"].items():
+        diags = [r.get("visit") or {} for r in entry["runs"]]
+        if not all(diags):
+            continue
+        cells = [model]
+        for _, key, scale, digits in cols:
+            cells.append(_fmt(_ms([d[key] for d in diags]), scale, digits))
+        top, share = diags[0]["top_wrong_class"], diags[0]["top_wrong_class_share"]
+        name = PHOTOS[top] if top < len(PHOTOS) else str(top)
+        cells.append(f"{name} ({100 * share:.0f}%, seed 0)")
+        table.add_row(*cells)
+    return table
+
+
 def overhead_table(report: dict[str, Any]) -> Any:
     """A rich Table of measured VisiT batch time (ms) per bundle and batch size (fp32 vs int8)."""
     from rich.table import Table
@@ -206,12 +258,10 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from edgekit.lens import DEFAULT_STRATEGY
-
     summary = summarise(report)
     envs = report["config"]["environments"]
     # the headline methods only (every strategy and variant is in the table and JSON)
-    headline = {"ae", "naive", "best-fixed", "lens K=27", f"lens K=6 {DEFAULT_STRATEGY}", "oracle"}
+    headline = {"ae", "naive", "best-fixed", "lens K=27", small_k_method(report), "oracle"}
     fig, axes = plt.subplots(len(summary), 1, figsize=(12, 3.6 * len(summary)), squeeze=False)
     for ax, (model, methods) in zip(axes[:, 0], summary.items(), strict=True):
         shown = [m for m, row in methods.items() if row.get("by_env") and m in headline]
@@ -232,7 +282,7 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         ax.set_xticks(x, envs)
         ax.set_ylim(0, 105)
         ax.set_ylabel("top-1 (%)")
-        ax.set_title(model)
+        ax.set_title(f"{model} ({report['config'].get('scene_set', 'wide-range')} set)")
         ax.legend(ncol=len(shown), fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.12))
     fig.tight_layout()
     dest = Path(path)
@@ -242,39 +292,55 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     return dest
 
 
+def print_report(report: dict[str, Any], console: Any) -> None:
+    """The tables, checks and notes of one scene set's report on ``console``."""
+    for table in (lens_table, environment_table, calibration_table, visit_table, overhead_table):
+        console.print(table(report))
+    for c in report["checks"]:
+        mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
+        console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
+    for note in report["notes"]:
+        console.print(f"note: {note}")
+
+
 def eval_lens(
     out_dir: str | os.PathLike[str] = "lens-eval",
     seeds: int = 3,
     environments: list[str] | None = None,
     test_per_class: int = 4,
     progress: bool = True,
+    scene_sets: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """``edgekit eval lens``: run the benchmark, print the tables and checks, write
-    ``<out_dir>/lens.json`` and ``<out_dir>/lens.png``; returns the report (with checks)."""
+    """``edgekit eval lens``: run the benchmark on each scene set (default: both,
+    "es-diverse" then "wide-range"; with ``environments``, the set holding them), print the
+    tables and checks, write ``<out_dir>/lens-<set>.json`` and ``<out_dir>/lens-<set>.png``;
+    returns {set: report (with summary and checks)}."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
-    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+    from edgekit.lens_bench import SCENE_SETS, LensBenchConfig, resolve_scene_set, run_lens_bench
 
-    config = LensBenchConfig(
-        seeds=tuple(range(seeds)),
-        environments=tuple(environments) if environments else None,
-        test_per_class=test_per_class,
-    )
-    report = run_lens_bench(config, progress=progress)
-    report["summary"] = summarise(report)
-    report["checks"] = lens_checks(report)
+    if scene_sets is None:
+        envs = tuple(environments) if environments else None
+        scene_sets = (resolve_scene_set(None, envs),) if envs else SCENE_SETS
     out = Path(out_dir)
-    write_report(report, out / "lens.json")
-    lens_plot(report, out / "lens.png")
     console = wide_console()
-    console.print(lens_table(report))
-    console.print(environment_table(report))
-    console.print(calibration_table(report))
-    console.print(overhead_table(report))
-    for c in report["checks"]:
-        mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
-        console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
-    for note in report["notes"]:
-        console.print(f"note: {note}")
-    console.print(f"wrote {out / 'lens.json'} and {out / 'lens.png'} ({report['elapsed_s']:.0f} s)")
-    return report
+    reports = {}
+    for scene_set in scene_sets:
+        config = LensBenchConfig(
+            seeds=tuple(range(seeds)),
+            environments=tuple(environments) if environments else None,
+            scene_set=scene_set,
+            test_per_class=test_per_class,
+        )
+        report = run_lens_bench(config, progress=progress)
+        report["summary"] = summarise(report)
+        report["checks"] = lens_checks(report)
+        write_report(report, out / f"lens-{scene_set}.json")
+        lens_plot(report, out / f"lens-{scene_set}.png")
+        print_report(report, console)
+        console.print(
+            f"wrote {out / f'lens-{scene_set}.json'} and {out / f'lens-{scene_set}.png'} "
+            f"({report['elapsed_s']:.0f} s)"
+        )
+        reports[scene_set] = report
+    return reports
