@@ -197,3 +197,35 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     assert result.path == path and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2())
+
+
+def test_card_streams_as_sam2_and_options_opt_in_to_memory_selection() -> None:
+    """sam2-edge streams with SAM 2's predictor; card options turn memory selection on
+    (evaluation, parity and the bundle's preprocessing use it); the base card is SAM 2."""
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard
+    from edgekit.models.sam2_edge.evaluation import evaluate_graphs, stream_config
+    from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
+
+    assert StreamingSAM2Card.stream_options == {}
+    card = SAM2EdgeCard()
+    assert card.stream_config() == stream_config(card.image_size)
+    chosen = SAM2EdgeCard(memory_min_score=0.0, memory_min_iou=0.5)
+    config = chosen.stream_config()
+    assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
+    assert config.image_size == card.image_size and config.num_maskmem == 7
+    assert chosen.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
+    # the evaluation streams with the config it is given (a full-memory check would differ)
+    net = EdgeSAM2(SMALL).eval()
+    clip = C.make_clip("heldout", 0, frames=4, size=128)
+    strict = StreamConfig(image_size=128, memory_min_iou=0.999, multimask_tracking=False)
+    calls: list[int] = []
+    graphs = torch_graph_set(net)
+    attention = graphs[contract.MEMORY_ATTENTION]
+
+    def counting(feeds):
+        calls.append(int(feeds["mem_feats"].shape[0]))
+        return attention(feeds)
+
+    graphs[contract.MEMORY_ATTENTION] = counting
+    evaluate_graphs(graphs, [clip], 128, strict)
+    assert calls and max(calls) == 1  # only the conditioning frame: nothing passed IoU 0.999

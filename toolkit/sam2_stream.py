@@ -37,7 +37,39 @@ GraphFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
 @dataclass(frozen=True)
 class StreamConfig:
-    """Predictor settings; the defaults are SAM 2.1's (``max_obj_ptrs`` 16 for a live stream)."""
+    """Predictor settings; the defaults are SAM 2.1's (``max_obj_ptrs`` 16 for a live stream).
+
+    Options that depart from SAM 2's video predictor defaults (all off by default):
+
+    - ``non_overlap``: SAM 2's non-overlap constraint on multi-object outputs (its predictor's
+      ``non_overlap_masks``): on every pixel only the object with the highest low-res logit
+      keeps its logit; the others' are clamped to at most -10 there. Output masks only.
+    - ``non_overlap_memory``: the same constraint on the masks the memory encoder sees (SAM 2's
+      ``non_overlap_masks_for_mem_enc``), so one object's drift onto another is not written
+      into its memory. Implies ``non_overlap`` for the outputs.
+    - ``memory_min_score``: memory selection by object score (as SAMURAI / SAM2Long select
+      memory frames by quality instead of recency). None: every tracked frame enters the
+      recent bank and its pointer joins the pointers (SAM 2). A number: only tracked frames
+      whose object score is above it do; the bank then holds the ``num_maskmem - 1`` most
+      recent *selected* frames and pointers, placed at temporal slots by rank (the i-th most
+      recent selected frame takes the slot of distance i), so frames where the object was
+      hidden or lost do not push its appearance out of memory.
+    - ``memory_min_iou``: the same selection by the IoU head's prediction for the chosen mask
+      (SAMURAI's mask-affinity test): only tracked frames whose predicted IoU is above it
+      enter the bank. Combined with ``memory_min_score``, a frame must pass both.
+    - ``multimask_tracking``: tracked frames take the best of the 3 multimask outputs by
+      predicted IoU (SAM 2's ``multimask_output_for_tracking``, True); False: the single-mask
+      output (token 0) and its pointer.
+    - ``mask_threshold``: output masks are the upsampled logits above it (SAM 2's
+      ``mask_threshold``, 0.0). Memory is not affected.
+    - ``fill_hole_area``: SAM 2.1's video post-processing (``fill_holes_in_mask_scores``, 8
+      in Meta's ``build_sam2_video_predictor`` when its CUDA kernel is built): background
+      components (holes, 8-connected) of at most this many low-res pixels become foreground
+      in the output masks. 0: off. Memory is not affected.
+    - ``remove_sprinkle_area``: the other half of SAM 2's image post-processing
+      (``max_sprinkle_area``): foreground components of at most this many low-res pixels
+      become background in the output masks. 0: off.
+    """
 
     image_size: int = 1024
     num_maskmem: int = 7
@@ -48,6 +80,15 @@ class StreamConfig:
     stability_delta: float = 0.05
     stability_thresh: float = 0.98
     corrections_as_conditioning: bool = False  # a corrected frame joins the conditioning frames
+    # inference-time options beyond SAM 2's video predictor defaults (see StreamConfig docs)
+    non_overlap: bool = False
+    non_overlap_memory: bool = False
+    memory_min_score: float | None = None
+    memory_min_iou: float | None = None
+    multimask_tracking: bool = True
+    mask_threshold: float = 0.0
+    fill_hole_area: int = 0
+    remove_sprinkle_area: int = 0
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
@@ -57,6 +98,27 @@ class StreamConfig:
         if self.max_cond_frames < 1 or self.memory_dtype not in ("bfloat16", "float32"):
             raise InputError(
                 f"bad StreamConfig {self}: max_cond_frames >= 1, memory_dtype bfloat16 | float32"
+            )
+        for name in ("fill_hole_area", "remove_sprinkle_area"):
+            area = getattr(self, name)
+            if isinstance(area, bool) or not isinstance(area, (int, np.integer)) or area < 0:
+                raise InputError(
+                    f"bad StreamConfig {name}={area!r}: expected an integer area in low-res "
+                    "pixels >= 0 (0: off)"
+                )
+        if not np.isfinite(self.mask_threshold):
+            raise InputError(
+                f"bad StreamConfig mask_threshold={self.mask_threshold}: expected a finite logit"
+            )
+        if self.memory_min_iou is not None and not 0.0 <= self.memory_min_iou < 1.0:
+            raise InputError(
+                f"bad StreamConfig memory_min_iou={self.memory_min_iou}: expected None (keep "
+                "every frame, SAM 2) or a predicted IoU in [0, 1)"
+            )
+        if self.memory_min_score is not None and not np.isfinite(self.memory_min_score):
+            raise InputError(
+                f"bad StreamConfig memory_min_score={self.memory_min_score}: expected None "
+                "(keep every frame, SAM 2) or a finite object-score logit"
             )
 
 
@@ -150,10 +212,20 @@ class SAM2Stream:
         hw = _check_frame(frame)
         self._begin_frame(frame, hw)
         t = self._frame_index
-        for obj in self._objects.values():
+        decoded = {}
+        for obj_id, obj in self._objects.items():
             obj.pix_feat = self._condition(obj, t)
-            low, score, ptr = self._decode(obj.pix_feat, None, None, multimask=True)
-            self._remember(obj, low, score, ptr, binarize=False, conditioning=False)
+            decoded[obj_id] = self._decode(
+                obj.pix_feat, None, None, multimask=self.config.multimask_tracking
+            )
+        if self.config.non_overlap_memory and len(decoded) > 1:
+            constrained = non_overlapping_logits(np.stack([d[0] for d in decoded.values()]))
+            decoded = {
+                obj_id: (constrained[i], *d[1:]) for i, (obj_id, d) in enumerate(decoded.items())
+            }
+        for obj_id, (low, score, ptr, iou) in decoded.items():
+            obj = self._objects[obj_id]
+            self._remember(obj, low, score, ptr, binarize=False, conditioning=False, iou=iou)
         return self._result()
 
     def add_object(
@@ -262,7 +334,7 @@ class SAM2Stream:
             logits = prompt.mask * np.float32(20.0) - np.float32(10.0)
             low = resize_bilinear(logits, (s4, s4), antialias=True)
             mask_input = self._run(G.MASK_PROMPT, {"mask": prompt.mask[None, None]})["mask_input"]
-            _, _, ptr = self._decode(enc["image_embed"], None, None, False, mask_input, raw=True)
+            _, _, ptr, _ = self._decode(enc["image_embed"], None, None, False, mask_input, raw=True)
             as_cond = initial or self.config.corrections_as_conditioning
             self._remember(obj, low, 10.0, ptr, binarize=True, conditioning=as_cond)
             return
@@ -279,20 +351,22 @@ class SAM2Stream:
             prev = np.clip(obj.low, -G.PROMPT_LOGIT_CLAMP, G.PROMPT_LOGIT_CLAMP)[None, None]
         n_points = prompt.labels.shape[1]
         multimask = n_points <= self.config.multimask_max_points
-        low, score, ptr = self._decode(pix, prompt.coords, prompt.labels, multimask, prev)
+        low, score, ptr, _ = self._decode(pix, prompt.coords, prompt.labels, multimask, prev)
         as_cond = initial or self.config.corrections_as_conditioning
         self._remember(obj, low, score, ptr, binarize=True, conditioning=as_cond)
 
     def _condition(self, obj: _Object, t: int) -> np.ndarray:
         """Memory attention for ``obj`` on frame ``t`` (memory from frames before t)."""
         cfg = self.config
+        by_rank = cfg.memory_min_score is not None or cfg.memory_min_iou is not None
         mems, idx = [], []
         for m in obj.cond.values():
             if m.frame < t:
                 mems.append(m)
                 idx.append(cfg.num_maskmem - 1)
-        for m in sorted(obj.recent, key=lambda m: m.frame):
-            t_rel = t - m.frame
+        recent = sorted(obj.recent, key=lambda m: -m.frame)  # most recent first
+        for rank, m in reversed(list(enumerate(recent, start=1))):
+            t_rel = rank if by_rank else t - m.frame
             if 1 <= t_rel <= cfg.num_maskmem - 1:
                 mems.append(m)
                 idx.append(t_rel - 1)
@@ -301,10 +375,11 @@ class SAM2Stream:
             if m.frame <= t:
                 ptrs.append(m.ptr)
                 dists.append(t - m.frame)
-        for frame, ptr in sorted(obj.ptrs, key=lambda p: -p[0]):
-            if 1 <= t - frame <= cfg.max_obj_ptrs - 1:
+        for rank, (frame, ptr) in enumerate(sorted(obj.ptrs, key=lambda p: -p[0]), start=1):
+            dist = rank if by_rank else t - frame
+            if 1 <= dist <= cfg.max_obj_ptrs - 1:
                 ptrs.append(ptr)
-                dists.append(t - frame)
+                dists.append(dist)
         if not mems or self._mem_pos is None:
             raise InputError(f"object {obj.obj_id} has no memory before frame {t}")
         feeds = {
@@ -326,8 +401,9 @@ class SAM2Stream:
         multimask: bool,
         mask_input: np.ndarray | None = None,
         raw: bool = False,
-    ) -> tuple[np.ndarray, float, np.ndarray]:
-        """Run the decoder, choose a mask -> (low-res logits (4h, 4w), score, pointer (C,))."""
+    ) -> tuple[np.ndarray, float, np.ndarray, float]:
+        """Run the decoder, choose a mask -> (low-res logits (4h, 4w), score, pointer (C,),
+        the chosen mask's predicted IoU)."""
         enc = self._enc
         s4 = enc["feat_s0"].shape[-1]
         if coords is None:
@@ -355,7 +431,7 @@ class SAM2Stream:
         low = masks[choice].astype(np.float32)
         if score <= 0 and not raw:
             low = np.full_like(low, G.NO_OBJECT_LOGIT)
-        return low, score, np.array(ptr, np.float32)
+        return low, score, np.array(ptr, np.float32), float(iou[choice])
 
     def _stable(self, logits: np.ndarray) -> bool:
         delta = self.config.stability_delta
@@ -372,8 +448,12 @@ class SAM2Stream:
         ptr: np.ndarray,
         binarize: bool,
         conditioning: bool,
+        iou: float | None = None,
     ) -> None:
-        """Encode the frame's memory for ``obj`` and store it (replacing this frame's entry)."""
+        """Encode the frame's memory for ``obj`` and store it (replacing this frame's entry).
+
+        ``iou``: the tracked frame's predicted IoU; such a frame enters the recent bank only if
+        it passes the memory selection. None: a prompted frame (a correction), always kept."""
         t = self._frame_index
         feeds = {
             "image_embed": self._enc["image_embed"],
@@ -386,11 +466,16 @@ class SAM2Stream:
             self._mem_pos = np.array(out["mem_pos"], np.float32)
         memory = _Memory(t, self._store(out["mem_feats"][0]), ptr)
         _drop_frame(obj, t)
+        cfg = self.config
+        selected = iou is None or (
+            (cfg.memory_min_score is None or score > cfg.memory_min_score)
+            and (cfg.memory_min_iou is None or iou > cfg.memory_min_iou)
+        )
         if conditioning:
             obj.cond[t] = memory
-            while len(obj.cond) > self.config.max_cond_frames:
+            while len(obj.cond) > cfg.max_cond_frames:
                 obj.cond.popitem(last=False)
-        else:
+        elif selected:
             obj.recent.append(memory)
             obj.ptrs.append((t, ptr))
         obj.low, obj.score, obj.last_frame = low, score, t
@@ -410,16 +495,58 @@ class SAM2Stream:
         return out
 
     def _result(self) -> FrameResult:
+        """The current frame's outputs: low-res logits after the output-only options
+        (non-overlap, hole filling), upsampled to the frame and thresholded at
+        ``mask_threshold`` (0 in SAM 2); an object whose score is <= 0 has an empty mask."""
+        cfg = self.config
         h, w = self._hw
+        ids = list(self._objects)
+        lows = [self._objects[i].low.astype(np.float32) for i in ids]
+        if (cfg.non_overlap or cfg.non_overlap_memory) and len(lows) > 1:
+            lows = list(non_overlapping_logits(np.stack(lows)))
+        if cfg.fill_hole_area > 0 or cfg.remove_sprinkle_area > 0:
+            lows = [fill_holes(low, cfg.fill_hole_area, cfg.remove_sprinkle_area) for low in lows]
         masks, scores, logits = {}, {}, {}
-        for obj_id, obj in self._objects.items():
+        for obj_id, low in zip(ids, lows, strict=True):
+            obj = self._objects[obj_id]
             if obj.score > 0:
-                masks[obj_id] = resize_bilinear(obj.low, (h, w), antialias=False) > 0
+                up = resize_bilinear(low, (h, w), antialias=False)
+                masks[obj_id] = up > np.float32(cfg.mask_threshold)
             else:
                 masks[obj_id] = np.zeros((h, w), bool)
             scores[obj_id] = obj.score
-            logits[obj_id] = obj.low.copy()
+            logits[obj_id] = np.array(low, np.float32, copy=True)
         return FrameResult(self._frame_index, masks, scores, logits)
+
+
+def non_overlapping_logits(logits: np.ndarray) -> np.ndarray:
+    """SAM 2's non-overlap constraint: logits (K, h, w) of K objects -> (K, h, w) where on
+    every pixel only the object with the highest logit keeps it; the others are clamped to at
+    most -10 (ties go to the first object)."""
+    winner = np.argmax(logits, axis=0)  # (h, w)
+    keep = winner[None] == np.arange(logits.shape[0])[:, None, None]  # (K, h, w)
+    return np.where(keep, logits, np.minimum(logits, np.float32(-10.0))).astype(np.float32)
+
+
+def fill_holes(logits: np.ndarray, hole_area: int, sprinkle_area: int = 0) -> np.ndarray:
+    """SAM 2's mask post-processing on one (h, w) logit map -> (h, w) float32: background
+    components (8-connected, as SAM 2's connected-components kernel) of at most ``hole_area``
+    pixels become 0.1 (foreground, as ``fill_holes_in_mask_scores``), then foreground
+    components of at most ``sprinkle_area`` pixels become -0.1 (background). 0: skip."""
+    from scipy.ndimage import label
+
+    out = np.array(logits, np.float32, copy=True)
+    eight = np.ones((3, 3), bool)
+    for value, max_area in ((0.1, hole_area), (-0.1, sprinkle_area)):
+        if max_area <= 0:
+            continue
+        labels, count = label(out <= 0 if value > 0 else out > 0, structure=eight)
+        if count == 0:
+            continue
+        areas = np.bincount(labels.reshape(-1), minlength=count + 1)
+        small = (areas <= max_area) & (np.arange(count + 1) > 0)
+        out[small[labels]] = np.float32(value)
+    return out
 
 
 def _drop_frame(obj: _Object, t: int) -> None:
@@ -649,7 +776,9 @@ __all__ = [
     "RolloutParity",
     "SAM2Stream",
     "StreamConfig",
+    "fill_holes",
     "graph_set_from_files",
+    "non_overlapping_logits",
     "resize_bilinear",
     "rollout_parity",
 ]

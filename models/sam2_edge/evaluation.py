@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -31,9 +32,24 @@ def heldout_clips(count: int = HELDOUT_CLIPS, frames: int = HELDOUT_FRAMES) -> t
     return tuple(C.clip_set("heldout", count, frames=frames))
 
 
-def stream_config(image_size: int = C.DEFAULT_SIZE) -> StreamConfig:
-    """The predictor settings sam2-edge is trained for (SAM 2.1's memory sizes)."""
-    return StreamConfig(image_size=image_size, num_maskmem=7, max_obj_ptrs=16)
+CALIBRATION_START = 900_000  # "train" clip indices far past any training step's (< 10_000)
+CALIBRATION_CLIPS = 40
+
+
+@lru_cache(maxsize=2)
+def calibration_clips(
+    count: int = CALIBRATION_CLIPS, frames: int = HELDOUT_FRAMES
+) -> tuple[C.Clip, ...]:
+    """Clips to choose inference-time options on, never the held-out set: "train" split clips
+    CALIBRATION_START.. (training photos; training tracks clips 0 .. steps x clips_per_step,
+    so none of these, and their seeds differ from every training and held-out clip's)."""
+    return tuple(C.clip_set("train", count, frames=frames, start=CALIBRATION_START))
+
+
+def stream_config(image_size: int = C.DEFAULT_SIZE, **options: Any) -> StreamConfig:
+    """The predictor settings the SAM 2 cards are trained for (SAM 2.1's memory sizes), with
+    ``options``: further StreamConfig fields (inference-time options, e.g. memory selection)."""
+    return StreamConfig(image_size=image_size, num_maskmem=7, max_obj_ptrs=16, **options)
 
 
 def first_click_prompts(clip: C.Clip) -> dict[int, Prompt]:
@@ -86,12 +102,16 @@ def interactive_ious(stream: SAM2Stream, clip: C.Clip, clicks: int = 5) -> list[
 
 
 def evaluate_graphs(
-    graphs: Mapping, clips: Sequence[C.Clip] | None = None, image_size: int = C.DEFAULT_SIZE
+    graphs: Mapping,
+    clips: Sequence[C.Clip] | None = None,
+    image_size: int = C.DEFAULT_SIZE,
+    config: StreamConfig | None = None,
 ) -> dict[str, float]:
     """J, F, J&F (percent; per case; from a click) and 1-/5-click mIoU (percent) of a graph
-    set on ``clips`` (default: the held-out set); see the module docstring."""
+    set on ``clips`` (default: the held-out set) streamed with ``config`` (default:
+    ``stream_config(image_size)``, SAM 2's predictor); see the module docstring."""
     clips = heldout_clips() if clips is None else clips
-    stream = SAM2Stream(graphs, stream_config(image_size))
+    stream = SAM2Stream(graphs, config or stream_config(image_size))
     scores, by_case, clicked = [], {}, []
     one, five = [], []
     for clip in clips:

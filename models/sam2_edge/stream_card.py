@@ -10,7 +10,7 @@ graph set, the GraphSpecs and the input size.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -21,9 +21,23 @@ from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import evaluation
 
+if TYPE_CHECKING:
+    from edgekit.sam2_stream import StreamConfig
+
 GOLDEN_CLIP = ("heldout", 2)  # a crossing clip: two objects, memory filling up
 GOLDEN_FRAME = 5  # the frame whose graph feeds are the golden inputs (5 memory frames)
 PARITY_CLIPS = 3  # held-out clips tracked by both graph sets for rollout parity
+#: the StreamConfig fields a card may set on top of SAM 2's predictor (inference-time options)
+STREAM_OPTION_NAMES = (
+    "non_overlap",
+    "non_overlap_memory",
+    "memory_min_score",
+    "memory_min_iou",
+    "multimask_tracking",
+    "mask_threshold",
+    "fill_hole_area",
+    "remove_sprinkle_area",
+)
 
 
 class _Recorder:
@@ -74,6 +88,9 @@ class StreamingSAM2Card(ModelCard):
     max_obj_ptrs: ClassVar[int] = 16
     #: card options that shrink the held-out set (the default is evaluation.HELDOUT_*)
     EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames")
+    #: inference-time StreamConfig options (STREAM_OPTION_NAMES) the card streams with;
+    #: empty: SAM 2's video predictor exactly
+    stream_options: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -92,6 +109,20 @@ class StreamingSAM2Card(ModelCard):
     def specs(self, examples: dict[str, dict[str, torch.Tensor]]) -> list[GraphSpec]:
         """The contract graphs as GraphSpecs with ``examples`` as their example inputs."""
         raise NotImplementedError
+
+    def stream_config(self) -> StreamConfig:
+        """The predictor settings this card is measured and deployed with: SAM 2.1's memory
+        sizes at ``image_size``, the card's ``stream_options``, and card options named like
+        one of STREAM_OPTION_NAMES on top (e.g. ``--option memory_min_iou=null``)."""
+        from edgekit.sam2_stream import StreamConfig
+
+        chosen = dict(self.stream_options)
+        chosen |= {k: v for k, v in self.options.items() if k in STREAM_OPTION_NAMES}
+        fields = StreamConfig.__dataclass_fields__
+        bad = sorted(k for k in chosen if k not in fields)
+        if bad:  # pragma: no cover - a card's own stream_options naming no field
+            raise InputError(f"{self.name}: stream options {bad} are not StreamConfig fields")
+        return evaluation.stream_config(self.image_size, **chosen)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
@@ -133,6 +164,7 @@ class StreamingSAM2Card(ModelCard):
 
     def preprocessing(self) -> dict[str, Any]:
         s = self.image_size
+        config = self.stream_config()
         return {
             "color": "RGB",
             "layout": "NCHW",
@@ -145,6 +177,7 @@ class StreamingSAM2Card(ModelCard):
                 "image_size": s,
                 "num_maskmem": self.num_maskmem,
                 "max_obj_ptrs": self.max_obj_ptrs,
+                **{name: getattr(config, name) for name in STREAM_OPTION_NAMES},
             },
             "output": {
                 "name": "low_res_masks",
@@ -164,10 +197,12 @@ class StreamingSAM2Card(ModelCard):
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """Held-out J&F / J / F (percent; first-frame mask prompts as DAVIS / SA-V; per motion
-        case; and from one click) through the streaming predictor, and 1-click / 5-click mIoU
-        (percent) on first frames."""
+        case; and from one click) through the streaming predictor (``stream_config()``), and
+        1-click / 5-click mIoU (percent) on first frames."""
         graphs = {name: runner.run for name, runner in runners.items()}
-        return evaluation.evaluate_graphs(graphs, self.heldout(), self.image_size)
+        return evaluation.evaluate_graphs(
+            graphs, self.heldout(), self.image_size, self.stream_config()
+        )
 
     def export_extra(self, graphs: list[GraphSpec]) -> dict[str, Any]:
         """TensorRT profiles: memory frames up to num_maskmem, pointers up to max_obj_ptrs."""
@@ -192,7 +227,7 @@ class StreamingSAM2Card(ModelCard):
                 {name: r.run for name, r in candidate.items()},
                 list(clip.frames),
                 evaluation.first_mask_prompts(clip),
-                evaluation.stream_config(self.image_size),
+                self.stream_config(),
             )
             ious += [v for per_object in parity.ious.values() for v in per_object]
             drift.append(max(parity.drift))
