@@ -1,0 +1,92 @@
+"""Array maths of the streaming SAM 2 predictor (numpy only): SAM 2's mask post-processing
+(non-overlap constraint, hole filling), bfloat16 storage, and torch-equivalent bilinear resizing."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+
+def non_overlapping_logits(logits: np.ndarray) -> np.ndarray:
+    """SAM 2's non-overlap constraint: logits (K, h, w) of K objects -> (K, h, w) where on
+    every pixel only the object with the highest logit keeps it; the others are clamped to at
+    most -10 (ties go to the first object)."""
+    winner = np.argmax(logits, axis=0)  # (h, w)
+    keep = winner[None] == np.arange(logits.shape[0])[:, None, None]  # (K, h, w)
+    return np.where(keep, logits, np.minimum(logits, np.float32(-10.0))).astype(np.float32)
+
+
+def fill_holes(logits: np.ndarray, hole_area: int, sprinkle_area: int = 0) -> np.ndarray:
+    """SAM 2's mask post-processing on one (h, w) logit map -> (h, w) float32: background
+    components (8-connected, as SAM 2's connected-components kernel) of at most ``hole_area``
+    pixels become 0.1 (foreground, as ``fill_holes_in_mask_scores``), then foreground
+    components of at most ``sprinkle_area`` pixels become -0.1 (background). 0: skip."""
+    from scipy.ndimage import label
+
+    out = np.array(logits, np.float32, copy=True)
+    eight = np.ones((3, 3), bool)
+    for value, max_area in ((0.1, hole_area), (-0.1, sprinkle_area)):
+        if max_area <= 0:
+            continue
+        labels, count = label(out <= 0 if value > 0 else out > 0, structure=eight)
+        if count == 0:
+            continue
+        areas = np.bincount(labels.reshape(-1), minlength=count + 1)
+        small = (areas <= max_area) & (np.arange(count + 1) > 0)
+        out[small[labels]] = np.float32(value)
+    return out
+
+
+def to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> uint16 bfloat16 bits, rounding to nearest even (as torch's .to(bfloat16))."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+
+
+def from_bfloat16_bits(bits: np.ndarray) -> np.ndarray:
+    """uint16 bfloat16 bits -> float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+@lru_cache(maxsize=64)
+def _taps(n_in: int, n_out: int, antialias: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Source indices and weights (n_out, K) of 1D linear resampling, align_corners=False.
+
+    Without antialias: the two neighbours of (i + 0.5) * scale - 0.5 (clamped at 0). With it:
+    a triangle filter stretched by the scale when shrinking, normalised per output.
+    """
+    scale = np.float32(n_in) / np.float32(n_out)
+    i = np.arange(n_out, dtype=np.float32)
+    if not antialias:
+        src = np.maximum(scale * (i + np.float32(0.5)) - np.float32(0.5), np.float32(0))
+        i0 = src.astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        l1 = src - i0.astype(np.float32)
+        return np.stack([i0, i1], 1), np.stack([np.float32(1) - l1, l1], 1)
+    support = scale if scale >= 1 else np.float32(1.0)
+    invscale = np.float32(1) / scale if scale >= 1 else np.float32(1.0)
+    center = scale * (i + np.float32(0.5))
+    xmin = np.maximum(np.trunc(center - support + np.float32(0.5)).astype(np.int64), 0)
+    xmax = np.minimum(np.trunc(center + support + np.float32(0.5)).astype(np.int64), n_in)
+    k = int((xmax - xmin).max())
+    j = np.arange(k)
+    x = (j[None, :] + xmin[:, None] - center[:, None] + np.float32(0.5)) * invscale
+    weights = np.maximum(np.float32(0), np.float32(1) - np.abs(x)).astype(np.float32)
+    weights[j[None, :] >= (xmax - xmin)[:, None]] = 0
+    weights /= weights.sum(1, keepdims=True)
+    return np.minimum(xmin[:, None] + j[None, :], n_in - 1), weights.astype(np.float32)
+
+
+def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = False) -> np.ndarray:
+    """Resize the last two axes of ``x`` to ``size`` like torch's F.interpolate(mode="bilinear",
+    align_corners=False, antialias=...); float32 in and out."""
+    h, w = x.shape[-2:]
+    oh, ow = size
+    x = np.asarray(x, np.float32)
+    if (h, w) == (oh, ow):
+        return x
+    idx, wts = _taps(w, ow, antialias)
+    y = sum(x[..., idx[:, k]] * wts[:, k] for k in range(idx.shape[1]))
+    idx, wts = _taps(h, oh, antialias)
+    return sum(y[..., idx[:, k], :] * wts[:, k, None] for k in range(idx.shape[1]))
