@@ -43,6 +43,22 @@ def test_run_on_a_synthetic_clip_writes_masks_and_scores(sam2_bundle, tmp_path):
     assert (out / "stream.mp4").stat().st_size > 1000
 
 
+def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, tmp_path):
+    """run / bench-stream / the daemon build their predictor from the bundle's recorded
+    stream_config (sam2-edge: memory selection); an unknown recorded option is a clear error."""
+    from edgekit.bundle import Bundle
+    from edgekit.registry import get_card
+    from edgekit.sam2_run import bundle_stream_config
+
+    bundle = Bundle.load(sam2_bundle)
+    config = bundle_stream_config(bundle)
+    assert config == get_card("sam2-edge").stream_config()
+    assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
+    bundle.manifest["preprocessing"]["stream_config"]["warp_speed"] = 9
+    with pytest.raises(InputError, match=r"stream options \['warp_speed'\]"):
+        bundle_stream_config(bundle)
+
+
 def test_run_on_the_camera_with_a_click(sam2_bundle, tmp_path):
     from edgekit.sam2_run import parse_prompt, run_sam2_stream
 

@@ -6,6 +6,8 @@ weights so the whole file stays fast on 2 CPU cores.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -21,7 +23,14 @@ from edgekit.models.sam2_edge.graphs import (
     torch_graph_set,
 )
 from edgekit.models.sam2_edge.model import EdgeSAM2, parameter_count
-from edgekit.models.sam2_edge.train import TrainConfig, load_cached, train_cached, train_model
+from edgekit.models.sam2_edge.train import (
+    TrainConfig,
+    clip_case,
+    load_cached,
+    train_cached,
+    train_model,
+    training_batch,
+)
 from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig
 
 SMALL = EdgeConfig(image_size=128)
@@ -189,31 +198,61 @@ def test_tensorrt_profiles_cover_the_memory_bank(model: EdgeSAM2) -> None:
 def test_packaged_weights_are_the_default_recipe() -> None:
     """The weights shipped in the package are named by the default recipe's cache key, so a
     changed recipe or model source can never load stale weights."""
-    from edgekit.models.sam2_edge.card import SAM2EdgeCard, packaged_weights
+    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, SAM2EdgeCard, packaged_weights
 
-    path = packaged_weights(TrainConfig())
-    assert path.is_file(), f"no packaged weights for the default recipe at {path}"
-    result = SAM2EdgeCard().train()
-    assert result.path == path and result.cached
+    card = SAM2EdgeCard()
+    recipe = card.train_config()
+    assert recipe == DEFAULT_RECIPE and recipe.init == TrainConfig()
+    for stage in (recipe, recipe.init):  # both stages ship: options of the last stage need
+        path = packaged_weights(stage)  # only the first stage's weights
+        assert path.is_file(), f"no packaged weights for the default recipe at {path}"
+    result = card.train()
+    assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2())
+    assert SAM2EdgeCard(steps=10).train_config().init == TrainConfig()  # options: last stage
 
 
-def test_card_streams_as_sam2_and_options_opt_in_to_memory_selection() -> None:
-    """sam2-edge streams with SAM 2's predictor; card options turn memory selection on
-    (evaluation, parity and the bundle's preprocessing use it); the base card is SAM 2."""
+def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) -> None:
+    """A stage with ``init`` trains (and caches) that recipe first and starts from its weights;
+    ``clip_offset`` moves it onto other clips and ``case_weights`` draws the motion cases."""
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    first = _tiny_config(1)
+    second = replace(first, init=first, clip_offset=100, case_weights=(0, 0, 1, 1, 0), lr=1e-3)
+    result = train_cached(second, show_progress=False)
+    assert load_cached(first) is not None  # the first stage was trained and cached on the way
+    from_scratch = train_model(replace(second, init=None))
+    from_first = train_model(replace(second, init=None), init_weights=load_cached(first).state_dict)
+    for key, value in result.state_dict.items():
+        assert torch.equal(value, from_first.state_dict[key]), key
+    assert not torch.equal(
+        result.state_dict["no_mem_embed"], from_scratch.state_dict["no_mem_embed"]
+    )
+    cases = [clip_case(second, i) for i in range(200)]
+    assert set(cases) == {"crossing", "occlusion"} and 60 < cases.count("crossing") < 140
+    assert cases == [clip_case(second, i) for i in range(200)]  # seeded
+    assert clip_case(first, 7) is None  # no weights: clips' own case cycle
+    batch = training_batch(second, 0)
+    assert batch is not None
+    with pytest.raises(ValueError, match="one per case"):
+        clip_case(replace(second, case_weights=(1.0, 2.0)), 0)
+
+
+def test_card_streams_with_memory_selection_and_options_turn_it_off() -> None:
+    """sam2-edge streams with memory selection (chosen on calibration clips); card options
+    turn it off (SAM 2's predictor); the base card is SAM 2; bundles record the choice."""
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
     from edgekit.models.sam2_edge.evaluation import evaluate_graphs, stream_config
     from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 
     assert StreamingSAM2Card.stream_options == {}
     card = SAM2EdgeCard()
-    assert card.stream_config() == stream_config(card.image_size)
-    chosen = SAM2EdgeCard(memory_min_score=0.0, memory_min_iou=0.5)
-    config = chosen.stream_config()
+    config = card.stream_config()
     assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
     assert config.image_size == card.image_size and config.num_maskmem == 7
-    assert chosen.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
+    assert card.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
+    plain = SAM2EdgeCard(memory_min_score=None, memory_min_iou=None)
+    assert plain.stream_config() == stream_config(card.image_size)
     # the evaluation streams with the config it is given (a full-memory check would differ)
     net = EdgeSAM2(SMALL).eval()
     clip = C.make_clip("heldout", 0, frames=4, size=128)

@@ -69,16 +69,16 @@ def looped_clip(frames: int, index: int = 0, length: int = 48) -> tuple[np.ndarr
 
 
 def stream_one(
-    graphs: Mapping[str, Callable], frames: int, target: str, runtime: str, image_size: int
+    graphs: Mapping[str, Callable], frames: int, target: str, runtime: str, config: Any
 ) -> StreamBenchRow:
-    """Stream ``frames`` frames through ``graphs`` and time each frame."""
+    """Stream ``frames`` frames through ``graphs`` with StreamConfig ``config``, timing each."""
     from edgekit.envinfo import process_rss_mb
-    from edgekit.sam2_stream import SAM2Stream, StreamConfig
+    from edgekit.sam2_stream import SAM2Stream
 
     if frames < 10 + 2 * WINDOW:
         raise InputError(f"bench-stream needs at least {10 + 2 * WINDOW} frames, got {frames}")
     clip, prompts = looped_clip(frames)
-    stream = SAM2Stream(graphs, StreamConfig(image_size=image_size))
+    stream = SAM2Stream(graphs, config)
     latency = []
     rss_start = 0.0
     for i in range(frames):
@@ -109,9 +109,9 @@ def bench_streams(
     from edgekit.envinfo import environment
     from edgekit.progress import step_progress
     from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT
-    from edgekit.sam2_run import bundle_graph_set
+    from edgekit.sam2_run import bundle_graph_set, bundle_stream_config
 
-    plan: list[tuple[str, str, Callable[[], Mapping[str, Callable]], int]] = []
+    plan: list[tuple[str, str, Callable[[], Mapping[str, Callable]], Any]] = []
     if torch_model:
         from edgekit.registry import get_card
 
@@ -123,11 +123,10 @@ def bench_streams(
             torch.set_num_threads(threads or torch.get_num_threads())
             return {name: r.run for name, r in card_runners(card).items()}
 
-        size = int(card.preprocessing()["resize"][0])
-        plan.append((f"{torch_model} (torch)", "torch", torch_graphs, size))
+        plan.append((f"{torch_model} (torch)", "torch", torch_graphs, card.stream_config()))
     for path in bundles:
         bundle = Bundle.load(path)
-        size = int(bundle.graph("image_encoder").inputs[0].shape[-1])
+        config = bundle_stream_config(bundle)
         fmt = bundle.graph("image_encoder").format
         usable = [r for r in DEFAULT_RUNTIME_FOR_FORMAT[fmt] if fmt in get_runtime_formats(r)]
         for runtime in runtimes or usable:
@@ -136,15 +135,15 @@ def bench_streams(
                     bundle.target,
                     runtime,
                     lambda b=bundle, r=runtime: bundle_graph_set(b, runtime=r, threads=threads),
-                    size,
+                    config,
                 )
             )
     rows = []
     with step_progress("bench-stream", len(plan), progress) as step:
-        for target, runtime, make, size in plan:
+        for target, runtime, make, config in plan:
             step(f"{target} on {runtime}")
             try:
-                rows.append(stream_one(make(), frames, target, runtime, size))
+                rows.append(stream_one(make(), frames, target, runtime, config))
             except Exception as exc:  # noqa: BLE001 - a failed target is a row, not a crash
                 rows.append(StreamBenchRow(target, runtime, frames, [], error=str(exc)[:300]))
     return {

@@ -57,6 +57,27 @@ def bundle_graph_set(bundle: Any, sessions: Mapping[str, Any] | None = None, **o
     return graphs
 
 
+def bundle_stream_config(bundle: Any) -> Any:
+    """The StreamConfig ``bundle`` was verified with: its manifest's
+    ``preprocessing.stream_config`` (image size, memory sizes and the card's inference-time
+    options, e.g. sam2-edge's memory selection), else SAM 2's predictor at the image encoder's
+    input size. Unknown keys in the manifest are an error naming them."""
+    from dataclasses import fields
+
+    from edgekit.sam2_stream import StreamConfig
+
+    size = int(bundle.graph("image_encoder").inputs[0].shape[-1])
+    recorded = dict((bundle.manifest.get("preprocessing") or {}).get("stream_config") or {})
+    known = {f.name for f in fields(StreamConfig)}
+    unknown = sorted(set(recorded) - known)
+    if unknown:
+        raise InputError(
+            f"bundle {bundle.path} records stream options {unknown} this edgekit does not know "
+            f"(known: {sorted(known)}); export it again with this version"
+        )
+    return StreamConfig(**{"image_size": size, **recorded})
+
+
 def parse_prompt(points: Sequence[str], negatives: Sequence[str], box: str | None) -> Any:
     """A Prompt from CLI strings "x,y" (frame pixels) and "x0,y0,x1,y1"; None when empty."""
     from edgekit.sam2_stream import Prompt
@@ -160,14 +181,13 @@ def run_sam2_stream(
     """
     from edgekit import maskrender, segmetrics
     from edgekit.daemon.sam2_pipeline import object_summary
-    from edgekit.sam2_stream import SAM2Stream, StreamConfig
+    from edgekit.sam2_stream import SAM2Stream
 
     if frames < 1:
         raise InputError(f"frames must be >= 1, got {frames}")
     bundle = sam2_bundle(bundle_or_model)
     graphs = bundle_graph_set(bundle, runtime=runtime)
-    size = int(bundle.graph("image_encoder").inputs[0].shape[-1])
-    stream = SAM2Stream(graphs, StreamConfig(image_size=size))
+    stream = SAM2Stream(graphs, bundle_stream_config(bundle))
     src = _clip_source(source, frames) if source.startswith("clip:") else None
     src = src or _camera_source(source, prompt)
     out = Path(out)

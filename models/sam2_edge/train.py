@@ -6,6 +6,12 @@ later frames from memory. AdamW with a one-cycle schedule, gradient clipping, se
 config on the same machine and thread count gives the same weights. The cache key hashes the
 config and the source of every file the weights depend on, so any recipe change retrains.
 
+A recipe can have stages: ``TrainConfig.init`` names the recipe whose weights a stage starts
+from (trained first, or loaded from the cache), ``clip_offset`` moves the stage onto training
+clips the earlier stage never saw, and ``case_weights`` draws the clips' motion cases with
+other odds than the uniform cycle (the default recipe's second stage doubles crossing,
+occlusion and exit clips: the cases where a tracker switches identity or fails to re-acquire).
+
 Torch runs on one thread by default while a helper thread renders the next step's clips on the
 second core: on a 2-core machine shared with other work, a 2-thread torch step was measured 5-8x
 slower than a 1-thread one (its threads wait on each other whenever one is descheduled).
@@ -64,6 +70,9 @@ class TrainConfig:
     seed: int = 0
     threads: int = 1  # torch threads; the clip generator for the next step runs beside them
     arch: EdgeConfig = field(default_factory=EdgeConfig)
+    clip_offset: int = 0  # step s trains on clips clip_offset + s * clips_per_step + ...
+    case_weights: tuple[float, ...] | None = None  # odds per clips.CASES; None: cycle them
+    init: TrainConfig | None = None  # start from this recipe's weights (None: from scratch)
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
@@ -98,8 +107,25 @@ def weights_path(config: TrainConfig) -> Path:
     return cache_dir(CACHE_NAME) / f"sam2-edge-{config.key()}.pt"
 
 
+def clip_case(config: TrainConfig, index: int) -> str | None:
+    """The motion case of training clip ``index`` under ``config`` (None: clips' own cycle).
+
+    With ``case_weights`` the case is drawn with those odds, seeded by (seed, index).
+    """
+    if config.case_weights is None:
+        return None
+    if len(config.case_weights) != len(clips.CASES) or min(config.case_weights) < 0:
+        raise ValueError(
+            f"case_weights must be {len(clips.CASES)} non-negative odds, one per case "
+            f"{clips.CASES}; got {config.case_weights}"
+        )
+    odds = np.asarray(config.case_weights, dtype=np.float64)
+    rng = np.random.default_rng([config.seed, index, 7])
+    return clips.CASES[int(rng.choice(len(odds), p=odds / odds.sum()))]
+
+
 def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
-    """The clips of one step: training clips step * clips_per_step ... (deterministic).
+    """The clips of one step: training clips clip_offset + step * clips_per_step ... (deterministic).
 
     With ``source_frames`` > ``frames`` each clip is rendered that long and ``frames`` frames
     are taken from it at a seeded start with a seeded stride (1, 2 or 3, as far as it fits):
@@ -107,11 +133,14 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
     (an object hidden and back, two objects crossing) in one training window. Objects not
     visible on the first frame taken are skipped.
     """
-    first = step * config.clips_per_step
+    first = config.clip_offset + step * config.clips_per_step
     length = max(config.frames, config.source_frames)
     batch = []
     for i in range(config.clips_per_step):
-        clip = clips.make_clip("train", first + i, frames=length, size=config.arch.image_size)
+        case = clip_case(config, first + i)
+        clip = clips.make_clip(
+            "train", first + i, frames=length, size=config.arch.image_size, case=case
+        )
         if length > config.frames:
             rng = np.random.default_rng([config.seed, first + i])
             widest = min(MAX_STRIDE, (length - 1) // (config.frames - 1))
@@ -125,9 +154,12 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
 
 
 def train_model(
-    config: TrainConfig, progress: Progress | None = None, show_progress: bool = False
+    config: TrainConfig,
+    progress: Progress | None = None,
+    show_progress: bool = False,
+    init_weights: dict[str, torch.Tensor] | None = None,
 ) -> TrainResult:
-    """Train EdgeSAM2 from scratch under ``config`` (no cache involved).
+    """Train EdgeSAM2 under ``config`` from scratch or from ``init_weights`` (no cache involved).
 
     ``progress(fraction, message)`` is called every few steps; ``show_progress`` draws a bar on
     stderr (edgekit.progress) advancing every PROGRESS_EVERY steps.
@@ -140,6 +172,8 @@ def train_model(
             torch.manual_seed(config.seed)
             rng = np.random.default_rng(config.seed)
             net = EdgeSAM2(config.arch)
+            if init_weights is not None:
+                net.load_state_dict(init_weights)
             optimizer = torch.optim.AdamW(
                 net.parameters(), lr=config.lr, weight_decay=config.weight_decay
             )
@@ -221,15 +255,26 @@ def train_cached(
     progress: Progress | None = None,
     force: bool = False,
     show_progress: bool = True,
+    shipped: Path | None = None,
 ) -> TrainResult:
-    """Load the cached weights of ``config`` or train them (and cache them atomically)."""
+    """Load the weights of ``config`` or train them (and cache them atomically).
+
+    Weights are looked up in the folder ``shipped`` (a package's bundled weights, same file
+    names) first, then in the cache. A staged recipe first loads or trains its ``init`` recipe
+    the same way (``force`` only retrains the last stage).
+    """
     config = config or TrainConfig()
     path = weights_path(config)
     if not force:
-        cached = load_cached(config, path)
-        if cached is not None:
-            return cached
-    result = train_model(config, progress, show_progress)
+        places = ([shipped / path.name] if shipped is not None else []) + [path]
+        for place in places:
+            cached = load_cached(config, place)
+            if cached is not None:
+                return cached
+    start = None
+    if config.init is not None:
+        start = train_cached(config.init, progress, False, show_progress, shipped).state_dict
+    result = train_model(config, progress, show_progress, init_weights=start)
     _save(result, path)
     result.path = path
     return result

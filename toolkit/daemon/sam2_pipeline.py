@@ -38,15 +38,13 @@ class Sam2StreamPipeline(Pipeline):
         return {"_masks": self.masks}
 
     def load(self, store: BundleStore) -> None:
-        from edgekit.sam2_run import bundle_graph_set
-        from edgekit.sam2_stream import SAM2Stream, StreamConfig
+        from edgekit.sam2_run import bundle_graph_set, bundle_stream_config
+        from edgekit.sam2_stream import SAM2Stream
 
         bundle = store.get(self.bundle)
         sessions = {name: self.open_session(bundle, name) for name in bundle.graphs}
         graphs = bundle_graph_set(bundle, sessions)
-        encoder = bundle.graph("image_encoder").inputs[0]
-        size = int(encoder.shape[-1])
-        self.stream = SAM2Stream(graphs, StreamConfig(image_size=size))
+        self.stream = SAM2Stream(graphs, bundle_stream_config(bundle))
         self._absent = 0
 
     def set_prompts(self, objects: dict[int, dict[str, Any]], reset: bool) -> None:
