@@ -36,3 +36,16 @@ def test_a_camera_without_controls_is_a_clear_error(tmp_path: Path) -> None:
     imsave(frames / "000.png", np.full((32, 32, 3), 128, np.uint8))
     with pytest.raises(InputError):
         run_lens(f"file:{frames}", "photo-cnn", frames=1, log=tmp_path / "x.jsonl")
+
+
+def test_model_specs_name_a_recipe() -> None:
+    from edgekit.bundle_cache import parse_model_spec, target_name
+
+    assert parse_model_spec("photo-cnn") == ("photo-cnn",)
+    assert parse_model_spec("photo-cnn:sensor-aware") == ("photo-cnn", "sensor-aware")
+    assert (
+        target_name("photo-cnn", "onnx-int8", "sensor-aware") == "photo-cnn:sensor-aware onnx-int8"
+    )
+    for bad in ("photo-cnn:", ":x", "photo-cnn:a:b"):
+        with pytest.raises(InputError, match="NAME:RECIPE"):
+            parse_model_spec(bad)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.errors import InputError
 from edgekit.registry import get_card
 from edgekit.verify import reference_runners
 
@@ -179,6 +180,43 @@ def test_photo_cnn_training_is_deterministic_and_cached(tmp_path, monkeypatch) -
     assert again.cached and again.path == first.path
     assert all(torch.equal(v, one.state_dict[k]) for k, v in again.state_dict.items())
     assert TrainConfig(steps=4).key() != TrainConfig().key()
+
+
+def test_extreme_captures_lose_information_as_exposure_and_noise_grow() -> None:
+    """Extreme captures stay 8-bit images; a near-black or blown-out or very noisy capture has
+    lost most of its information, a mild one little; the sensor-aware soft targets follow."""
+    from edgekit.models.photo_cnn import data
+    from edgekit.models.photo_cnn.train import with_extreme_captures
+
+    crops, labels = data.heldout_set()
+    crops, labels = crops[:64], labels[:64]
+    captured, lost = data.extreme_captures(crops, torch.Generator().manual_seed(0))
+    assert captured.shape == crops.shape and lost.shape == (64,)
+    assert torch.equal(captured, (captured * 255).round() / 255)  # quantised to 8 bits
+    assert float(lost.min()) >= 0.0 and float(lost.max()) <= 1.0
+    level = captured.mean(dim=(1, 2, 3))
+    dark, mid = level < 0.1, (level > 0.25) & (level < 0.75)
+    assert dark.any() and mid.any()
+    assert float(lost[dark].mean()) > 0.8 > 0.5 > float(lost[mid].min())
+    images, targets = with_extreme_captures(crops, labels, 0.5, 0.05, torch.Generator())
+    assert images.shape == (96, 3, 64, 64) and targets.shape == (96, 10)
+    assert torch.allclose(targets.sum(1), torch.ones(96))
+    assert torch.equal(targets[:64].argmax(1), labels)  # the batch itself keeps its labels
+    assert float(targets[64:].max(1).values.min()) >= 0.1 - 1e-6  # lost -> uniform at worst
+
+
+def test_named_recipes_set_fields_and_explicit_options_win() -> None:
+    from edgekit.models.photo_cnn.train import TrainConfig, recipe_from_options
+    from edgekit.models.photo_vit.recipe import ViTTrainConfig
+
+    aware = recipe_from_options(TrainConfig, {"recipe": "sensor-aware"})
+    assert aware.steps == 2 * TrainConfig().steps and aware.extreme_fraction == 0.5
+    assert recipe_from_options(TrainConfig, {}) == TrainConfig()
+    vit = recipe_from_options(ViTTrainConfig, {"recipe": "sensor-aware", "steps": 5, "x": 1})
+    assert vit.steps == 5 and vit.extreme_fraction > 0
+    assert aware.key() != TrainConfig().key()
+    with pytest.raises(InputError, match="unknown recipe 'robust'.*sensor-aware"):
+        recipe_from_options(TrainConfig, {"recipe": "robust"})
 
 
 # ---- photo-vit -------------------------------------------------------------------------------

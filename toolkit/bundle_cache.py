@@ -10,11 +10,31 @@ from pathlib import Path
 from typing import Any
 
 
+def target_name(model: str, target: str, recipe: str | None = None) -> str:
+    """Report name of a cached bundle: "photo-cnn onnx-int8", "photo-cnn:sensor-aware onnx-int8"."""
+    return f"{model} {target}" if recipe is None else f"{model}:{recipe} {target}"
+
+
+def parse_model_spec(spec: str) -> tuple[str, ...]:
+    """A model name with an optional recipe, "photo-cnn" or "photo-cnn:sensor-aware", as the
+    start of a cached_bundles target: ("photo-cnn",) or ("photo-cnn", "sensor-aware")."""
+    from edgekit.errors import InputError
+
+    name, sep, recipe = spec.partition(":")
+    if sep and (not name or not recipe or ":" in recipe):
+        raise InputError(
+            f"model '{spec}': expected NAME or NAME:RECIPE, e.g. photo-cnn:sensor-aware"
+        )
+    return (name, recipe) if sep else (name,)
+
+
 def cached_bundles(
-    targets: tuple[tuple[str, str], ...], root: Path | None = None, notes: list[str] | None = None
+    targets: tuple[tuple[str, ...], ...], root: Path | None = None, notes: list[str] | None = None
 ) -> dict[str, Any]:
-    """Bundles {"<model> <target>": Bundle} built with build_bundle into ``root`` (default: the
-    edgekit cache), reused when already there. Models not registered are skipped (noted)."""
+    """Bundles {target_name: Bundle} built with build_bundle into ``root`` (default: the edgekit
+    cache), reused when already there. A target is (model, target) or (model, target, recipe):
+    the card's ``recipe`` option (e.g. "sensor-aware"). Models not registered are skipped
+    (noted)."""
     from edgekit.build import build_bundle
     from edgekit.bundle import Bundle
     from edgekit.cache import cache_dir
@@ -24,20 +44,21 @@ def cached_bundles(
 
     root = root or cache_dir("bundles")
     bundles = {}
-    for model, target in targets:
+    for model, target, *rest in targets:
+        recipe = rest[0] if rest else None
         if model not in names():
             if notes is not None:
                 notes.append(f"{model} is not registered here; run without it")
             continue
-        card = get_card(model)
+        card = get_card(model, **({"recipe": recipe} if recipe else {}))
         # key the cached bundle by the trained weights (their cache file names carry a hash of
         # the training recipe), so retrained weights never reuse a stale bundle
         weights = getattr(card.train(), "path", None)
         dest = root / f"{model}-{target}" / (Path(weights).stem if weights else "pretrained")
         try:
-            bundles[f"{model} {target}"] = Bundle.load(dest)
+            bundles[target_name(model, target, recipe)] = Bundle.load(dest)
         except BundleError:
-            bundles[f"{model} {target}"], _ = build_bundle(
+            bundles[target_name(model, target, recipe)], _ = build_bundle(
                 card, Target.parse(target), dest, ExportOptions(), progress=False
             )
     return bundles

@@ -9,16 +9,20 @@ from typing import Any
 
 
 def _session_and_labels(bundle_or_model: str) -> tuple[Any, list[str] | None]:
-    """A classifier session from a bundle directory, or from a registered model name (exported
-    to onnx-fp32 into the edgekit cache on first use), plus its labels."""
+    """A classifier session from a bundle directory, or from a registered model name, optionally
+    with a recipe ("photo-cnn:sensor-aware"; exported to onnx-fp32 into the edgekit cache on
+    first use), plus its labels."""
     from edgekit.bundle import Bundle
 
     if Path(bundle_or_model).is_dir():
         bundle = Bundle.load(bundle_or_model)
     else:
+        from edgekit.bundle_cache import parse_model_spec, target_name
         from edgekit.lens_bench import bench_bundles
 
-        bundle = bench_bundles(((bundle_or_model, "onnx-fp32"),))[f"{bundle_or_model} onnx-fp32"]
+        model, *recipe = parse_model_spec(bundle_or_model)
+        target = (model, "onnx-fp32", *recipe)
+        bundle = bench_bundles((target,))[target_name(*target)]
     labels = bundle.manifest.get("labels")
     return bundle.session(), list(labels) if labels else None
 

@@ -16,7 +16,12 @@ import torch
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.photo_cnn import data
 from edgekit.models.photo_cnn.net import IMAGE_SIZE, PhotoNet
-from edgekit.models.photo_cnn.train import TrainConfig, TrainResult, train_cached
+from edgekit.models.photo_cnn.train import (
+    TrainConfig,
+    TrainResult,
+    recipe_from_options,
+    train_cached,
+)
 from edgekit.visit import softmax
 
 GRAPH = "classifier"
@@ -55,9 +60,9 @@ class PhotoCNNCard(ModelCard):
 
     # ---- training --------------------------------------------------------------------------
     def train_config(self) -> TrainConfig:
-        """The recipe: TrainConfig defaults, overridden by card options of the same name."""
-        fields = TrainConfig.__dataclass_fields__
-        return TrainConfig(**{k: v for k, v in self.options.items() if k in fields})
+        """The recipe: TrainConfig defaults, the preset named by option ``recipe`` ("default" or
+        "sensor-aware", photo_cnn.train.RECIPES), then card options named like its fields."""
+        return recipe_from_options(TrainConfig, self.options)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:
         """Train (about 35 s on 2 CPU cores) or load the cached weights of this recipe."""

@@ -5,7 +5,9 @@ are the training region, so held-out crops never overlap pixels seen in training
 resized to 64x64 in one bilinear ``grid_sample`` (square boxes, random scale and position,
 horizontal flips), from an anti-aliased pyramid level so large boxes do not alias. Training crops
 then get camera-like photometric augmentation: exposure (+-1.3 stops, clipped), white balance,
-contrast, saturation, gamma, blur and signal-dependent noise.
+contrast, saturation, gamma, blur and signal-dependent noise. The sensor-aware recipe adds
+``extreme_captures``: crops re-rendered far outside a good exposure, each with the share of
+the crop's information that survived (its training target is smoothed by the share lost).
 """
 
 from __future__ import annotations
@@ -138,6 +140,37 @@ def augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     sigma = read_noise + shot_noise * x.clamp(min=0.0).sqrt()
     x = x + sigma * torch.randn(x.shape, generator=generator)
     return x.clamp(0.0, 1.0)
+
+
+EXTREME_STOPS = (-7.0, 5.0)  # exposure of extreme captures, stops from the crop's own
+EXTREME_GAMMA = 2.2  # sRGB-like encoding the crops are linearised with
+
+
+def extreme_captures(
+    x: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Crops (N, 3, 64, 64) in [0, 1] as a camera would capture them far from a good exposure.
+
+    In linear light each crop is scaled by 2^U(EXTREME_STOPS), gets signal-dependent noise of
+    a random gain (sigma = (0.002 + 0.3 g^2) sqrt(signal + 0.01), g ~ U(0, 1)), is clipped to
+    [0, 1], re-encoded and quantised to 8 bits. Returns (images (N, 3, 64, 64), lost (N,)):
+    the share of information lost, 1 - min(contrast kept, SNR / 4), in [0, 1], where contrast
+    kept = std(capture) / std(crop) (clipping flattens it) and SNR = mean signal / mean sigma.
+    """
+    n = x.shape[0]
+    stops = EXTREME_STOPS[0] + (EXTREME_STOPS[1] - EXTREME_STOPS[0]) * torch.rand(
+        n, 1, 1, 1, generator=generator
+    )
+    gain = torch.rand(n, 1, 1, 1, generator=generator)
+    linear = x**EXTREME_GAMMA * 2.0**stops
+    sigma = (0.002 + 0.3 * gain**2) * (linear.clamp(min=0.0) + 0.01).sqrt()
+    noisy = linear + sigma * torch.randn(x.shape, generator=generator)
+    captured = noisy.clamp(0.0, 1.0) ** (1 / EXTREME_GAMMA)
+    captured = (captured * 255).round() / 255
+    contrast = captured.std(dim=(1, 2, 3)) / x.std(dim=(1, 2, 3)).clamp(min=1e-3)
+    snr = linear.mean(dim=(1, 2, 3)) / sigma.mean(dim=(1, 2, 3)).clamp(min=1e-6)
+    kept = torch.minimum(contrast.clamp(0.0, 1.0), (snr / 4).clamp(0.0, 1.0))
+    return captured, 1.0 - kept
 
 
 TRAIN_SCALE = (0.1, 0.35)  # box side / short side, training region

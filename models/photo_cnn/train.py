@@ -12,8 +12,8 @@ import hashlib
 import io
 import json
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.errors import InputError
 from edgekit.models.photo_cnn import data, net
 
 Progress = Callable[[float, str], None]
@@ -57,6 +58,7 @@ class TrainConfig:
     width: int = 24
     seed: int = 0
     threads: int = 2
+    extreme_fraction: float = 0.0  # sensor-aware: add this share of each batch as extreme captures
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
@@ -91,6 +93,32 @@ def photonet_factory(config: Recipe) -> NetworkFactory:
     return lambda: net.PhotoNet(len(data.PHOTOS), width=config.width)  # type: ignore[attr-defined]
 
 
+# Named recipes (card option ``recipe=NAME``): "default" is the config's defaults; "sensor-aware"
+# trains twice as long with extreme captures added (half of each batch), so the model's own
+# confidence tracks how much of a capture survived the sensor: what Lens's VisiT relies on.
+RECIPES: dict[str, dict[str, float]] = {
+    "default": {},
+    "sensor-aware": {"steps_factor": 2.0, "extreme_fraction": 0.5},
+}
+
+
+def recipe_from_options(config_class: type, options: Mapping[str, Any]) -> Any:
+    """``config_class``'s defaults, then the preset named by ``options["recipe"]`` (RECIPES),
+    then every option named like a field of ``config_class`` (explicit options win)."""
+    name = str(options.get("recipe", "default"))
+    if name not in RECIPES:
+        raise InputError(f"unknown recipe '{name}'; expected one of {', '.join(RECIPES)}")
+    base = config_class()
+    preset = dict(RECIPES[name])
+    fields = config_class.__dataclass_fields__
+    values: dict[str, Any] = {}
+    if "steps_factor" in preset:
+        values["steps"] = int(round(base.steps * preset.pop("steps_factor")))
+    values.update(preset)
+    values.update({k: v for k, v in options.items() if k in fields})
+    return replace(base, **values)
+
+
 def weights_path(config: TrainConfig) -> Path:
     """Where the weights for ``config`` are (or will be) cached."""
     return cache_dir("photo-cnn") / f"photonet-{config.key()}.pt"
@@ -106,6 +134,25 @@ def heldout_accuracy(model: torch.nn.Module, batch: int = 160) -> float:
         logits = model(images[start : start + batch])
         correct += int((logits.argmax(dim=1) == labels[start : start + batch]).sum())
     return correct / len(labels)
+
+
+def with_extreme_captures(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    fraction: float,
+    label_smoothing: float,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch (B, 3, 64, 64) plus int(fraction * B) extreme captures of its first crops
+    (data.extreme_captures), with soft targets (B + k, classes): the smoothed one-hot label,
+    mixed towards uniform by the share of information each extreme capture lost, so the
+    trained model's confidence (VisiT) falls as a capture's information does."""
+    classes = len(data.PHOTOS)
+    targets = F.one_hot(labels, classes).float() * (1 - label_smoothing) + label_smoothing / classes
+    k = int(images.shape[0] * fraction)
+    captured, lost = data.extreme_captures(images[:k], generator)
+    soft = targets[:k] * (1 - lost[:, None]) + lost[:, None] / classes
+    return torch.cat([images, captured]), torch.cat([targets, soft])
 
 
 def train_model(
@@ -132,9 +179,18 @@ def train_model(
         started = time.perf_counter()
         loss_ema = None
         model.train()
+        extreme = float(getattr(config, "extreme_fraction", 0.0))
         for step in range(config.steps):
             images, labels = data.train_batch(config.batch_size, generator)
-            loss = F.cross_entropy(model(images), labels, label_smoothing=config.label_smoothing)
+            if extreme > 0:
+                images, targets = with_extreme_captures(
+                    images, labels, extreme, config.label_smoothing, generator
+                )
+                loss = F.cross_entropy(model(images), targets)
+            else:
+                loss = F.cross_entropy(
+                    model(images), labels, label_smoothing=config.label_smoothing
+                )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip > 0:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from edgekit.card import Tolerance
 from edgekit.models.photo_cnn.card import PhotoCNNCard
 from edgekit.models.photo_cnn.net import IMAGE_SIZE
-from edgekit.models.photo_cnn.train import TrainResult
+from edgekit.models.photo_cnn.train import TrainResult, recipe_from_options
 from edgekit.models.photo_vit.net import PhotoViT
 from edgekit.models.photo_vit.recipe import ViTTrainConfig, train_cached
 
@@ -61,9 +61,9 @@ class PhotoViTCard(PhotoCNNCard):
 
     # ---- training --------------------------------------------------------------------------
     def train_config(self) -> ViTTrainConfig:  # type: ignore[override]
-        """The recipe: ViTTrainConfig defaults, overridden by card options of the same name."""
-        fields = ViTTrainConfig.__dataclass_fields__
-        return ViTTrainConfig(**{k: v for k, v in self.options.items() if k in fields})
+        """The recipe: ViTTrainConfig defaults, the preset named by option ``recipe`` ("default" or
+        "sensor-aware", photo_cnn.train.RECIPES), then card options named like its fields."""
+        return recipe_from_options(ViTTrainConfig, self.options)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:
         """Train (about 40 s on 2 CPU cores) or load the cached weights of this recipe."""

@@ -37,6 +37,7 @@ class ViTTrainConfig:
     mlp_ratio: int = 2
     seed: int = 0
     threads: int = 2
+    extreme_fraction: float = 0.0  # sensor-aware: extreme captures added per batch (share)
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
