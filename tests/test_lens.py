@@ -279,7 +279,7 @@ def test_es_diverse_captures_are_the_print_region(scene) -> None:
 
 
 def test_auroc_matches_pairwise_definition() -> None:
-    from edgekit.lens_bench import auroc
+    from edgekit.lens_diagnostics import auroc
 
     scores = np.array([0.9, 0.8, 0.8, 0.3, 0.1])
     positive = np.array([True, False, True, False, False])
