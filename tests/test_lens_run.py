@@ -49,3 +49,19 @@ def test_model_specs_name_a_recipe() -> None:
     for bad in ("photo-cnn:", ":x", "photo-cnn:a:b"):
         with pytest.raises(InputError, match="NAME:RECIPE"):
             parse_model_spec(bad)
+
+
+def test_eval_lens_model_specs_pick_the_bundles_to_bench() -> None:
+    from edgekit.lens_bench import BENCH_TARGETS, lens_targets
+
+    assert lens_targets([]) == BENCH_TARGETS
+    assert lens_targets(["photo-cnn:sensor-aware", "photo-vit", "photo-vit"]) == (
+        ("photo-cnn", "onnx-fp32", "sensor-aware"),
+        ("photo-cnn", "onnx-int8", "sensor-aware"),
+        ("photo-vit", "onnx-fp32"),
+        ("photo-vit", "onnx-int8"),
+    )
+    with pytest.raises(InputError, match="needs an image classifier"):
+        lens_targets(["bingoguard"])
+    with pytest.raises(InputError, match="unknown model 'nope'"):
+        lens_targets(["nope"])

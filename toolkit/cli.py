@@ -442,6 +442,14 @@ def eval_cmd(
     test_per_class: Annotated[
         int, typer.Option(help="lens: held-out scenes per class and seed")
     ] = 4,
+    lens_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--model",
+            help="lens: bench this classifier's fp32 and int8 bundles, NAME or NAME:RECIPE "
+            "(repeat; default: photo-cnn and photo-vit, default and sensor-aware)",
+        ),
+    ] = None,
     ray: Annotated[
         str | None,
         typer.Option(
@@ -466,7 +474,7 @@ def eval_cmd(
 
         failed = eval_on_ray(
             model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
-            _console(), json_out,
+            _console(), json_out, lens_model,
         )  # fmt: skip
         if failed:
             raise typer.Exit(1)
@@ -480,7 +488,7 @@ def eval_cmd(
     if model == "lens":
         from edgekit.lens_report import eval_lens
 
-        eval_lens(out, seeds, env or None, test_per_class, progress=True)
+        eval_lens(out, seeds, env or None, test_per_class, progress=True, models=lens_model)
         return
     from edgekit.registry import get_card
     from edgekit.verify import reference_runners

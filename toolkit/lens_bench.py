@@ -58,6 +58,28 @@ BENCH_TARGETS: tuple[tuple[str, ...], ...] = tuple(
     for pair in (("photo-cnn", "onnx-fp32"), ("photo-cnn", "onnx-int8"), ("photo-vit", "onnx-fp32"))
 )
 
+LENS_TARGETS = ("onnx-fp32", "onnx-int8")  # the bundles --model benches for each classifier
+
+
+def lens_targets(specs: list[str] | tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Bench targets for classifier specs ("photo-cnn", "photo-cnn:sensor-aware"): each one's
+    LENS_TARGETS, as (model, target[, recipe]). An empty list: BENCH_TARGETS."""
+    from edgekit.bundle_cache import parse_model_spec
+    from edgekit.errors import InputError
+    from edgekit.registry import card_class
+
+    targets = []
+    for spec in specs:
+        name, *recipe = parse_model_spec(spec)
+        task = card_class(name).task  # unknown names: InputError listing the registered ones
+        if task != "image-classification":
+            raise InputError(
+                f"model '{spec}': the Lens benchmark needs an image classifier, "
+                f"'{name}' is a {task or 'non-classifier'} model"
+            )
+        targets += [(name, target, *recipe) for target in LENS_TARGETS]
+    return tuple(dict.fromkeys(targets)) or BENCH_TARGETS
+
 
 @dataclass
 class LensBenchConfig:

@@ -310,14 +310,24 @@ def eval_lens(
     test_per_class: int = 4,
     progress: bool = True,
     scene_sets: tuple[str, ...] | None = None,
+    models: list[str] | None = None,
 ) -> dict[str, Any]:
     """``edgekit eval lens``: run the benchmark on each scene set (default: both,
     "es-diverse" then "wide-range"; with ``environments``, the set holding them), print the
     tables and checks, write ``<out_dir>/lens-<set>.json`` and ``<out_dir>/lens-<set>.png``;
-    returns {set: report (with summary and checks)}."""
+    returns {set: report (with summary and checks)}. ``models``: classifier specs to bench
+    ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS)."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
-    from edgekit.lens_bench import SCENE_SETS, LensBenchConfig, resolve_scene_set, run_lens_bench
+    from edgekit.lens_bench import (
+        SCENE_SETS,
+        LensBenchConfig,
+        lens_targets,
+        resolve_scene_set,
+        run_lens_bench,
+    )
+
+    targets = lens_targets(models or [])
 
     if scene_sets is None:
         envs = tuple(environments) if environments else None
@@ -331,6 +341,7 @@ def eval_lens(
             environments=tuple(environments) if environments else None,
             scene_set=scene_set,
             test_per_class=test_per_class,
+            targets=targets,
         )
         report = run_lens_bench(config, progress=progress)
         report["summary"] = summarise(report)

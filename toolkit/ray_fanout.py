@@ -252,14 +252,21 @@ def eval_cell(
     return {**row, "seconds": round(time.perf_counter() - started, 3), "ray": node_facts(started)}
 
 
-def lens_seed_cell(seed: int, environments: list[str] | None, test_per_class: int) -> dict:
-    """The Lens benchmark for one simulator seed (``run_lens_bench`` on this node)."""
-    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+def lens_seed_cell(
+    seed: int,
+    environments: list[str] | None,
+    test_per_class: int,
+    targets: tuple[tuple[str, ...], ...] | None = None,
+) -> dict:
+    """The Lens benchmark for one simulator seed (``run_lens_bench`` on this node) over
+    ``targets`` (default: lens_bench.BENCH_TARGETS)."""
+    from edgekit.lens_bench import BENCH_TARGETS, LensBenchConfig, run_lens_bench
 
     config = LensBenchConfig(
         seeds=(seed,),
         environments=tuple(environments) if environments else None,
         test_per_class=test_per_class,
+        targets=targets or BENCH_TARGETS,
     )
     return run_lens_bench(config, progress=False)
 
@@ -499,21 +506,24 @@ def eval_lens_ray(
     progress: bool = True,
     runtime_env: str | Mapping[str, Any] | None = None,
     timeout_s: float = 7200.0,
+    targets: tuple[tuple[str, ...], ...] | None = None,
 ) -> dict[str, Any]:
-    """``edgekit eval lens --ray ADDRESS``: one Ray task per simulator seed, merged into one
+    """``edgekit eval lens --ray ADDRESS``: one Ray task per simulator seed over ``targets``
+    (default: lens_bench.BENCH_TARGETS), merged into one
     ``edgekit.lens-bench/1`` report (runs in seed order; VisiT timings of the first seed's
     node). A seed that still fails after its retries is listed in ``failed_seeds`` and the
     notes. Each node builds (trains, exports) the Lens bundles once into its own cache."""
     from edgekit.lens_bench import BENCH_TARGETS, bench_bundles
 
     require_ray(f"--ray {address}")
+    targets = targets or BENCH_TARGETS
     if address == LOCAL:  # build once here, so concurrent tasks only read the cache
-        bench_bundles(BENCH_TARGETS)
+        bench_bundles(targets)
     started = time.perf_counter()
     with ray_cluster(address, runtime_env) as cluster:
         task = _remote(lens_seed_cell, max_retries, 1.0)
         envs = list(environments) if environments else None
-        refs = [task.remote(seed, envs, test_per_class) for seed in range(seeds)]
+        refs = [task.remote(seed, envs, test_per_class, targets) for seed in range(seeds)]
         names = [f"seed {seed}" for seed in range(seeds)]
         values, errors = gather(refs, names, timeout_s, max_retries + 1, progress)
     done = [v for v in values if v is not None]
