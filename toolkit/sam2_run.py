@@ -49,7 +49,7 @@ def bundle_graph_set(bundle: Any, sessions: Mapping[str, Any] | None = None, **o
     contract's names. ``sessions`` (graph -> Session) are opened with ``bundle.session(**options)``
     when not given."""
     from edgekit.sam2_graphs import check_graph_set
-    from edgekit.sam2_stream import with_contract_names
+    from edgekit.sam2_rollout import with_contract_names
 
     sessions = sessions or {name: bundle.session(name, **options) for name in bundle.graphs}
     graphs = {name: with_contract_names(name, s) for name, s in sessions.items()}

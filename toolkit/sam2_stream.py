@@ -2,7 +2,8 @@
 
 ``SAM2Stream`` runs over a *graph set*: graph name -> callable ``feeds -> outputs`` on numpy
 arrays, the graphs of the contract in ``edgekit.sam2_graphs`` (a torch model wrapped by
-``edgekit.models.sam2.torch_graph_set``, or runtime sessions from ``graph_set_from_files``).
+``edgekit.models.sam2.torch_graph_set``, or runtime sessions from
+``edgekit.sam2_rollout.graph_set_from_files``). Prompts and their checks: ``edgekit.sam2_prompts``.
 The predictor itself is numpy only.
 
 Per object the memory bank holds its conditioning (prompted) frames (at most
@@ -23,7 +24,6 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from edgekit.sam2_arrays import (  # noqa: F401 - re-exported: part of this modu
     resize_bilinear,
     to_bfloat16_bits,
 )
+from edgekit.sam2_prompts import ParsedPrompt, Prompt, check_frame, parse_prompt
 
 GraphFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -129,17 +130,6 @@ class StreamConfig:
 
 
 @dataclass
-class Prompt:
-    """One object's prompt in frame pixels: points (N, 2) (x, y) with labels (N,) 1 = positive,
-    0 = negative, and/or a box (x0, y0, x1, y1); or a mask (H, W) at frame resolution alone."""
-
-    points: Any = None
-    labels: Any = None
-    box: Any = None
-    mask: Any = None
-
-
-@dataclass
 class FrameResult:
     """Per object id: ``masks`` (H, W) bool at frame resolution, ``object_scores`` (> 0: the
     object is visible; its mask is empty otherwise) and ``low_res_logits`` (4h, 4w) float32."""
@@ -169,13 +159,6 @@ class _Object:
     last_frame: int = -1
 
 
-@dataclass
-class _Parsed:
-    coords: np.ndarray | None = None  # (1, N, 2) model-input pixels
-    labels: np.ndarray | None = None  # (1, N) int64
-    mask: np.ndarray | None = None  # (S, S) float32 in {0, 1}
-
-
 class SAM2Stream:
     """SAM 2 video object segmentation on a live stream of (H, W, 3) uint8 RGB frames."""
 
@@ -200,7 +183,7 @@ class SAM2Stream:
         self, frame: np.ndarray, prompts: Mapping[int, Prompt | Mapping[str, Any]]
     ) -> FrameResult:
         """Begin a stream on ``frame`` with one prompt per object id; forget any previous one."""
-        hw = _check_frame(frame)
+        hw = check_frame(frame)
         if not isinstance(prompts, Mapping) or not prompts:
             raise InputError("start needs prompts: a non-empty mapping object id -> Prompt")
         parsed = {self._check_id(k): self._parse(p, hw) for k, p in prompts.items()}
@@ -215,7 +198,7 @@ class SAM2Stream:
         """Segment every object on the next ``frame`` and add the frame to their memory."""
         if self._enc is None:
             raise InputError("track called before start: give the first frame and prompts first")
-        hw = _check_frame(frame)
+        hw = check_frame(frame)
         self._begin_frame(frame, hw)
         t = self._frame_index
         decoded = {}
@@ -318,20 +301,11 @@ class SAM2Stream:
             deque(maxlen=cfg.max_obj_ptrs - 1),
         )
 
-    def _parse(self, prompt: Prompt | Mapping[str, Any], hw: tuple[int, int]) -> _Parsed:
-        if isinstance(prompt, Mapping):
-            unknown = set(prompt) - {"points", "labels", "box", "mask"}
-            if unknown:
-                raise InputError(
-                    f"unknown prompt fields {sorted(unknown)}; use points, labels, box, mask"
-                )
-            prompt = Prompt(**prompt)
-        if not isinstance(prompt, Prompt):
-            raise InputError(f"a prompt must be a Prompt or a dict, got {type(prompt).__name__}")
-        return _parse_prompt(prompt, hw, self.config.image_size)
+    def _parse(self, prompt: Prompt | Mapping[str, Any], hw: tuple[int, int]) -> ParsedPrompt:
+        return parse_prompt(prompt, hw, self.config.image_size)
 
     # ---- one object on the current frame ------------------------------------------------------
-    def _apply_prompt(self, obj: _Object, prompt: _Parsed, initial: bool) -> None:
+    def _apply_prompt(self, obj: _Object, prompt: ParsedPrompt, initial: bool) -> None:
         enc = self._enc
         if prompt.mask is not None:
             if G.MASK_PROMPT not in self.graphs:
@@ -534,172 +508,12 @@ def _drop_frame(obj: _Object, t: int) -> None:
         obj.ptrs.remove(p)
 
 
-# ---- input checks -----------------------------------------------------------------------------
-def _check_frame(frame: Any) -> tuple[int, int]:
-    if not isinstance(frame, np.ndarray):
-        raise InputError(
-            f"a frame must be a numpy array (H, W, 3) uint8 RGB, got {type(frame).__name__}"
-        )
-    if frame.ndim != 3 or frame.shape[2] != 3 or frame.shape[0] < 2 or frame.shape[1] < 2:
-        raise InputError(f"a frame must have shape (H, W, 3) RGB, got {frame.shape}")
-    if frame.dtype != np.uint8:
-        raise InputError(f"a frame must be uint8 RGB (0..255), got dtype {frame.dtype}")
-    return int(frame.shape[0]), int(frame.shape[1])
-
-
-def _parse_prompt(prompt: Prompt, hw: tuple[int, int], image_size: int) -> _Parsed:
-    h, w = hw
-    if prompt.mask is not None:
-        if prompt.points is not None or prompt.box is not None:
-            raise InputError("a mask prompt cannot be combined with points or a box")
-        mask = np.asarray(prompt.mask)
-        if mask.shape != (h, w):
-            raise InputError(
-                f"a mask prompt must be (H, W) = {(h, w)} like the frame, got {mask.shape}"
-            )
-        if not np.any(mask):
-            raise InputError("the mask prompt is empty: it must mark at least one pixel")
-        mask = (mask != 0).astype(np.float32)
-        if (h, w) != (image_size, image_size):
-            mask = resize_bilinear(mask, (image_size, image_size), antialias=True)
-            mask = (mask >= 0.5).astype(np.float32)
-        return _Parsed(mask=mask)
-    coords, labels = [], []
-    if prompt.box is not None:
-        box = np.asarray(prompt.box, np.float32).reshape(-1)
-        if box.shape != (4,) or box[0] > box[2] or box[1] > box[3]:
-            raise InputError(
-                f"a box must be (x0, y0, x1, y1) with x0 <= x1, y0 <= y1, got {prompt.box}"
-            )
-        _check_inside(box.reshape(2, 2), hw, "box corner")
-        coords.append(box.reshape(2, 2))
-        labels += [G.LABEL_BOX_TOP_LEFT, G.LABEL_BOX_BOTTOM_RIGHT]
-    if (prompt.points is None) != (prompt.labels is None):
-        raise InputError("points and labels must be given together")
-    if prompt.points is not None:
-        points = np.asarray(prompt.points, np.float32)
-        lab = np.asarray(prompt.labels).reshape(-1)
-        if points.ndim != 2 or points.shape[1] != 2 or points.shape[0] == 0:
-            raise InputError(f"points must be (N, 2) (x, y) with N >= 1, got shape {points.shape}")
-        if lab.shape[0] != points.shape[0] or not np.isin(lab, (0, 1)).all():
-            raise InputError(
-                f"labels must be N = {points.shape[0]} values of 1 (positive) or 0, got {prompt.labels}"
-            )
-        _check_inside(points, hw, "point")
-        coords.append(points)
-        labels += [int(v) for v in lab]
-    if not coords:
-        raise InputError("an empty prompt: give points with labels, a box, or a mask")
-    xy = np.concatenate(coords, axis=0)
-    xy = xy / np.array([w, h], np.float32) * np.float32(image_size)
-    return _Parsed(coords=xy[None].astype(np.float32), labels=np.asarray([labels], np.int64))
-
-
-def _check_inside(points: np.ndarray, hw: tuple[int, int], what: str) -> None:
-    h, w = hw
-    bad = (points[:, 0] < 0) | (points[:, 0] > w) | (points[:, 1] < 0) | (points[:, 1] > h)
-    if np.any(bad) or not np.isfinite(points).all():
-        first = points[np.argmax(bad)] if np.any(bad) else points[0]
-        raise InputError(f"{what} ({first[0]:g}, {first[1]:g}) is outside the {w}x{h} frame")
-
-
-@dataclass
-class RolloutParity:
-    """A candidate graph set against a reference over one clip, frame by frame.
-
-    ``ious``: per object id, the mask IoU on each frame (1.0 when both masks are empty);
-    ``drift``: per frame, the largest |low-res logit difference| over the objects;
-    ``reference_area``: per object id, the reference mask's area fraction on each frame (a
-    comparison of empty or full masks proves little).
-    """
-
-    ious: dict[int, list[float]]
-    drift: list[float]
-    reference_area: dict[int, list[float]]
-
-    @property
-    def min_iou(self) -> float:
-        return min(min(v) for v in self.ious.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {"min_iou": self.min_iou, "max_drift": max(self.drift), **vars(self)}
-
-
-def rollout_parity(
-    reference: Mapping[str, GraphFn],
-    candidate: Mapping[str, GraphFn],
-    frames: list[np.ndarray],
-    prompts: Mapping[int, Prompt | Mapping[str, Any]],
-    config: StreamConfig | None = None,
-) -> RolloutParity:
-    """Stream ``frames`` (prompts on the first) through both graph sets and compare them."""
-    if not frames:
-        raise InputError("rollout_parity needs at least one frame")
-    runs = []
-    for graphs in (reference, candidate):
-        stream = SAM2Stream(graphs, config)
-        runs.append([stream.start(frames[0], prompts)] + [stream.track(f) for f in frames[1:]])
-    ious: dict[int, list[float]] = {obj: [] for obj in runs[0][0].masks}
-    area: dict[int, list[float]] = {obj: [] for obj in ious}
-    drift = []
-    for ref, got in zip(*runs, strict=True):
-        diffs = [0.0]
-        for obj, values in ious.items():
-            a, b = ref.masks[obj], got.masks[obj]
-            union = np.count_nonzero(a | b)
-            values.append(1.0 if union == 0 else np.count_nonzero(a & b) / union)
-            area[obj].append(float(a.mean()))
-            diffs.append(float(np.abs(ref.low_res_logits[obj] - got.low_res_logits[obj]).max()))
-        drift.append(max(diffs))
-    return RolloutParity(ious, drift, area)
-
-
-def graph_set_from_files(
-    files: Mapping[str, str | Path], runtime: str = "onnxruntime", threads: int | None = None
-) -> dict[str, GraphFn]:
-    """A graph set from exported graph files (graph name -> path) run by an edgekit runtime."""
-    from edgekit.runtimes import RuntimeOptions, get_runtime
-
-    backend = get_runtime(runtime)
-    options = RuntimeOptions(threads=threads)
-    graphs = {
-        name: with_contract_names(name, backend.load(Path(path), "cpu", options))
-        for name, path in files.items()
-    }
-    G.check_graph_set(graphs)
-    return graphs
-
-
-def with_contract_names(graph: str, session: Any) -> GraphFn:
-    """``session.run``, its outputs keyed by the contract's names.
-
-    OpenVINO folds an output that is a constant (``image_pos``, ``mem_pos``) into an internal
-    tensor and may report that tensor's name instead; outputs keep the exported order, so they
-    are matched by position when the names differ but the count agrees.
-    """
-    want = G.output_names(graph) if graph in G.GRAPH_NAMES else []
-    got = [spec.name for spec in session.outputs]
-    if not want or got == want:
-        return session.run
-    if len(got) != len(want):
-        raise InputError(f"graph '{graph}' has outputs {got}; the contract expects {want}")
-
-    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = session.run(feeds)
-        return {name: out[old] for name, old in zip(want, got, strict=True)}
-
-    return run
-
-
 __all__ = [
     "FrameResult",
     "Prompt",
-    "RolloutParity",
     "SAM2Stream",
     "StreamConfig",
     "fill_holes",
-    "graph_set_from_files",
     "non_overlapping_logits",
     "resize_bilinear",
-    "rollout_parity",
 ]
