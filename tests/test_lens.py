@@ -236,6 +236,9 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     assert visit_table(report).row_count == 1
     claims = {c["claim"] for c in lens_checks(report)}
     assert "lens K=6 selected > best-fixed beyond noise" in claims
+    assert {  # every metering mode's auto-exposure is a baseline of its own
+        f"{a} > ae center-weighted beyond noise" for a in ("best-fixed", "lens K=6 selected")
+    } <= claims
     assert {
         f"lens K=6 selected keeps >= 90% of the K=27 gain over {b}" for b in ("ae", "naive")
     } <= (claims)

@@ -74,8 +74,10 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The qualitative claims per model, each {"model", "claim", "passed", "detail"}.
 
     "Beyond noise": the mean paired (same seed) difference is positive and larger than its std
-    over seeds. "Gain over X" of a Lens row: its accuracy minus X's ("ae": the camera's
-    auto-exposure, the primary baseline; "naive": a random grid setting); a small-K row "keeps
+    over seeds. Best-fixed and the small-K Lens row are also compared with the auto-exposure
+    shots of every other metering mode ("ae center-weighted"). "Gain over X" of a Lens row: its
+    accuracy minus X's ("ae": the camera's auto-exposure with its first metering mode, the
+    primary baseline; "naive": a random grid setting); a small-K row "keeps
     >= 90 % of the K=27 gain" when its gain is >= 0.9 x the K=27 gain and that gain is > 0.
     """
     checks = []
@@ -87,6 +89,9 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
         pairs = [("lens K=27", "best-fixed"), ("best-fixed", "ae"), ("oracle", "lens K=27")]
         if headline is not None:
             pairs += [(headline, "best-fixed"), (headline, "ae"), ("oracle", headline)]
+        # the auto-exposure shots of the camera's other metering modes ("ae center-weighted")
+        for other in [m for m in runs[0]["methods"] if m.startswith("ae ")]:
+            pairs += [("best-fixed", other)] + ([(headline, other)] if headline else [])
         for a, b in pairs:
             mean, std = _paired(runs, a, b)
             checks.append(
