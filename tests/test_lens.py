@@ -32,7 +32,7 @@ def session(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def scene() -> np.ndarray:
     """One held-out crop of the astronaut photo: (64, 64, 3) float32 in [0, 1]."""
-    from edgekit.lens_bench import scene_crops
+    from edgekit.lens_captures import scene_crops
 
     images, _ = scene_crops(1, 7)
     return images[0]
@@ -247,7 +247,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
 
 def test_scene_sets_resolve_and_bad_names_fail() -> None:
     from edgekit.errors import InputError
-    from edgekit.lens_bench import DEFAULT_SCENE_SET, resolve_scene_set, selected_strategy
+    from edgekit.lens_bench import selected_strategy
+    from edgekit.lens_captures import DEFAULT_SCENE_SET, resolve_scene_set
 
     assert DEFAULT_SCENE_SET == "es-diverse" and resolve_scene_set(None, None) == "es-diverse"
     assert resolve_scene_set(None, ("dim-room", "office")) == "wide-range"
@@ -267,7 +268,8 @@ def test_scene_sets_resolve_and_bad_names_fail() -> None:
 def test_es_diverse_captures_are_the_print_region(scene) -> None:
     """The ES-Diverse set frames a print (2x the scene) on a dark backdrop; the classifier gets
     the print region; average-metered AE over-exposes it more than centre-weighted AE."""
-    from edgekit.lens_bench import bench_camera, capture_set, classifier_view
+    from edgekit.lens import classifier_view
+    from edgekit.lens_captures import bench_camera, capture_set
 
     cam = bench_camera(scene, "lamp-cool", 0, "es-diverse", "average")
     frame = cam.capture(paper_grid()[4])

@@ -4,7 +4,7 @@
 {model: {method: {"accuracy": (mean, std), "by_env": [(mean, std)], "captures", "latency_ms",
 "visit_ms"}}}; ``lens_checks`` judges the qualitative claims on paired per-seed differences
 ("beyond noise" = the mean paired difference exceeds its std over seeds). One report per scene
-set ("es-diverse", "wide-range"; lens_bench.SCENE_SETS); ``eval_lens`` runs and prints both.
+set ("es-diverse", "wide-range"; lens_captures.SCENE_SETS); ``eval_lens`` runs and prints both.
 """
 
 from __future__ import annotations
@@ -324,13 +324,8 @@ def eval_lens(
     ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS)."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
-    from edgekit.lens_bench import (
-        SCENE_SETS,
-        LensBenchConfig,
-        lens_targets,
-        resolve_scene_set,
-        run_lens_bench,
-    )
+    from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
+    from edgekit.lens_captures import SCENE_SETS, resolve_scene_set
 
     targets = lens_targets(models or [])
 
