@@ -88,9 +88,9 @@ def test_random_weights_are_seeded_and_carry_masks_through_the_stream() -> None:
 
 
 def test_cli_options_are_parsed_as_json_or_text() -> None:
-    from edgekit.cli import _parse_options
+    from edgekit.cli_options import parse_options
 
-    got = _parse_options(["image_size=512", "random_weights=true", "checkpoint=/w/t.pt"])
+    got = parse_options(["image_size=512", "random_weights=true", "checkpoint=/w/t.pt"])
     assert got == {"image_size": 512, "random_weights": True, "checkpoint": "/w/t.pt"}
     with pytest.raises(InputError, match="KEY=VALUE"):
-        _parse_options(["image_size"])
+        parse_options(["image_size"])

@@ -15,6 +15,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from edgekit.cli_options import OptionsArg, parse_options
+
 app = typer.Typer(
     name="edgekit",
     help="Export, quantize, verify and benchmark research models for edge devices.",
@@ -57,29 +59,6 @@ def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
     from edgekit.module_card import parse_input_shapes
 
     return parse_input_shapes(items or [])
-
-
-def _parse_options(items: list[str] | None) -> dict[str, Any]:
-    """Card options from repeated ``--option KEY=VALUE``: VALUE is read as JSON when it parses
-    (true, 3, 0.5, "x") and kept as text otherwise (paths)."""
-    from edgekit.errors import InputError
-
-    options: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InputError(f"--option takes KEY=VALUE (e.g. checkpoint=ckpt.pt), got {item!r}")
-        try:
-            options[key.strip()] = json.loads(value)
-        except ValueError:
-            options[key.strip()] = value
-    return options
-
-
-OptionsArg = Annotated[
-    list[str] | None,
-    typer.Option("--option", help="card option KEY=VALUE (repeat), e.g. checkpoint=PATH"),
-]
 
 
 @app.command("models")
@@ -127,7 +106,7 @@ def train_cmd(
     """Train a model's compact variant in-repo (cached under ~/.cache/edgekit)."""
     from edgekit.registry import get_card
 
-    result = get_card(model, **_parse_options(option)).train()
+    result = get_card(model, **parse_options(option)).train()
     if result is None:
         _console().print(f"{model}: pretrained, nothing to train")
         return
@@ -192,7 +171,7 @@ def export_cmd(
     from edgekit.exporters import ExportOptions, Target
     from edgekit.sources import card_from_spec
 
-    card = card_from_spec(model, _parse_shapes(input_shape), **_parse_options(option))
+    card = card_from_spec(model, _parse_shapes(input_shape), **parse_options(option))
     options = ExportOptions(
         opset,
         int8_mode,
@@ -419,113 +398,6 @@ def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -
     )
 
 
-@app.command("eval")
-@handle_errors
-def eval_cmd(
-    model: Annotated[
-        str, typer.Argument(help="registered model name, or 'lens' (the sensor-control benchmark)")
-    ],
-    bundle: Annotated[
-        list[Path] | None,
-        typer.Option(help="evaluate this bundle instead of torch (repeat with --ray)"),
-    ] = None,
-    runtime: Annotated[list[str] | None, typer.Option(help="runtime (repeat with --ray)")] = None,
-    out: Annotated[
-        Path,
-        typer.Option(help="where report.json and plots go (lens; experiments: default out/MODEL)"),
-    ] = Path("out/lens"),
-    seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", help="lens: lighting environments (repeat; default all)"),
-    ] = None,
-    test_per_class: Annotated[
-        int, typer.Option(help="lens: held-out scenes per class and seed")
-    ] = 4,
-    lens_model: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--model",
-            help="lens: bench this classifier's fp32 and int8 bundles, NAME or NAME:RECIPE "
-            "(repeat; default: photo-cnn and photo-vit, default and sensor-aware)",
-        ),
-    ] = None,
-    ray: Annotated[
-        str | None,
-        typer.Option(
-            "--ray",
-            help="run the grid (torch + each bundle x runtime; lens: each seed) as Ray tasks: "
-            "'local' or a cluster ADDRESS",
-        ),
-    ] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="--ray: write the grid report here")
-    ] = None,
-    judge: Annotated[
-        Path | None,
-        typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
-    ] = None,
-    option: OptionsArg = None,
-) -> None:
-    """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
-    With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
-    if ray:
-        from edgekit.cli_ray import eval_on_ray
-
-        failed = eval_on_ray(
-            model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
-            _console(), json_out, lens_model,
-        )  # fmt: skip
-        if failed:
-            raise typer.Exit(1)
-        return
-    if len(bundle or []) > 1 or len(runtime or []) > 1:
-        from edgekit.errors import InputError
-
-        raise InputError("several --bundle or --runtime values need --ray (the grid)")
-    bundle = bundle[0] if bundle else None
-    runtime = runtime[0] if runtime else None
-    if model == "lens":
-        from edgekit.lens_report import eval_lens
-
-        eval_lens(out, seeds, env or None, test_per_class, progress=True, models=lens_model)
-        return
-    from edgekit.registry import get_card
-    from edgekit.verify import reference_runners
-
-    options = _parse_options(option)
-    if bundle is not None and not options:  # the options the bundle was exported with
-        from edgekit.bundle import Bundle
-
-        options = dict(Bundle.load(bundle).manifest.get("source", {}).get("options") or {})
-    card = get_card(model, **options)
-    if bundle is None and judge is None and card.experiment is not None:
-        card.experiment(out if out != Path("out/lens") else Path("out") / model, True)
-        return
-    if judge is not None:
-        from edgekit.errors import InputError
-
-        if not hasattr(card, "judge"):
-            raise InputError(f"model '{model}' has no LLM judge to evaluate")
-        metrics = card.evaluate_judge(card.judge(str(judge)))
-        for key, value in metrics.items():
-            _console().print(f"{model} [judge {judge}] {key}: {value:.4f}")
-        return
-    if bundle is None:
-        runners, label = reference_runners(card), "torch"
-    else:
-        from edgekit.bundle import Bundle
-
-        b = Bundle.load(bundle)
-        runners, label = (
-            b.sessions(runtime=runtime),
-            f"{b.target} on {runtime or b.default_runtime()}",
-        )
-    metrics = card.evaluate(runners)
-    for key, value in metrics.items():
-        _console().print(f"{model} [{label}] {key}: {value:.4f}")
-
-
 @app.command("pack")
 @handle_errors
 def pack_cmd(bundle: Path, archive: Path) -> None:
@@ -560,6 +432,15 @@ def _register_ray_commands() -> None:
 
 
 _register_ray_commands()
+
+
+def _register_eval_command() -> None:
+    from edgekit.cli_eval import register
+
+    register(app, handle_errors, _console)
+
+
+_register_eval_command()
 
 
 def _register_run_command() -> None:

@@ -1,0 +1,126 @@
+"""CLI command ``edgekit eval``: a model's task metrics (torch or a bundle), an experiment card's
+study, an LLM judge, or the Lens benchmark (registered on the app)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from edgekit.cli_options import OptionsArg, parse_options
+
+
+def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
+    """Add ``eval`` to ``app``."""
+
+    @app.command("eval")
+    @handle_errors
+    def eval_cmd(
+        model: Annotated[
+            str,
+            typer.Argument(help="registered model name, or 'lens' (the sensor-control benchmark)"),
+        ],
+        bundle: Annotated[
+            list[Path] | None,
+            typer.Option(help="evaluate this bundle instead of torch (repeat with --ray)"),
+        ] = None,
+        runtime: Annotated[
+            list[str] | None, typer.Option(help="runtime (repeat with --ray)")
+        ] = None,
+        out: Annotated[
+            Path,
+            typer.Option(
+                help="where report.json and plots go (lens; experiments: default out/MODEL)"
+            ),
+        ] = Path("out/lens"),
+        seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
+        env: Annotated[
+            list[str] | None,
+            typer.Option("--env", help="lens: lighting environments (repeat; default all)"),
+        ] = None,
+        test_per_class: Annotated[
+            int, typer.Option(help="lens: held-out scenes per class and seed")
+        ] = 4,
+        lens_model: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--model",
+                help="lens: bench this classifier's fp32 and int8 bundles, NAME or NAME:RECIPE "
+                "(repeat; default: photo-cnn and photo-vit, default and sensor-aware)",
+            ),
+        ] = None,
+        ray: Annotated[
+            str | None,
+            typer.Option(
+                "--ray",
+                help="run the grid (torch + each bundle x runtime; lens: each seed) as Ray tasks: "
+                "'local' or a cluster ADDRESS",
+            ),
+        ] = None,
+        json_out: Annotated[
+            Path | None, typer.Option("--json", help="--ray: write the grid report here")
+        ] = None,
+        judge: Annotated[
+            Path | None,
+            typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
+        ] = None,
+        option: OptionsArg = None,
+    ) -> None:
+        """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
+        With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
+        if ray:
+            from edgekit.cli_ray import eval_on_ray
+
+            failed = eval_on_ray(
+                model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
+                console(), json_out, lens_model,
+            )  # fmt: skip
+            if failed:
+                raise typer.Exit(1)
+            return
+        if len(bundle or []) > 1 or len(runtime or []) > 1:
+            from edgekit.errors import InputError
+
+            raise InputError("several --bundle or --runtime values need --ray (the grid)")
+        bundle = bundle[0] if bundle else None
+        runtime = runtime[0] if runtime else None
+        if model == "lens":
+            from edgekit.lens_report import eval_lens
+
+            eval_lens(out, seeds, env or None, test_per_class, progress=True, models=lens_model)
+            return
+        from edgekit.registry import get_card
+        from edgekit.verify import reference_runners
+
+        options = parse_options(option)
+        if bundle is not None and not options:  # the options the bundle was exported with
+            from edgekit.bundle import Bundle
+
+            options = dict(Bundle.load(bundle).manifest.get("source", {}).get("options") or {})
+        card = get_card(model, **options)
+        if bundle is None and judge is None and card.experiment is not None:
+            card.experiment(out if out != Path("out/lens") else Path("out") / model, True)
+            return
+        if judge is not None:
+            from edgekit.errors import InputError
+
+            if not hasattr(card, "judge"):
+                raise InputError(f"model '{model}' has no LLM judge to evaluate")
+            metrics = card.evaluate_judge(card.judge(str(judge)))
+            for key, value in metrics.items():
+                console().print(f"{model} [judge {judge}] {key}: {value:.4f}")
+            return
+        if bundle is None:
+            runners, label = reference_runners(card), "torch"
+        else:
+            from edgekit.bundle import Bundle
+
+            b = Bundle.load(bundle)
+            runners, label = (
+                b.sessions(runtime=runtime),
+                f"{b.target} on {runtime or b.default_runtime()}",
+            )
+        metrics = card.evaluate(runners)
+        for key, value in metrics.items():
+            console().print(f"{model} [{label}] {key}: {value:.4f}")
