@@ -318,7 +318,7 @@ def test_replica_policy_batching_rules_and_answer_splitting(tiny):
 
 def test_runtime_env_from_json_file_and_environment(tmp_path, monkeypatch):
     from edgekit.errors import InputError
-    from edgekit.ray_fanout import RUNTIME_ENV_VAR, runtime_env_from
+    from edgekit.ray_nodes import RUNTIME_ENV_VAR, runtime_env_from
 
     monkeypatch.delenv(RUNTIME_ENV_VAR, raising=False)
     assert runtime_env_from(None) is None

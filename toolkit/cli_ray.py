@@ -68,7 +68,7 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         """Serve bundles over HTTP on Ray Serve with the daemon's contract (POST /score,
         GET /health): autoscaling replicas, requests batched where the model allows."""
         from edgekit.errors import InputError
-        from edgekit.ray_fanout import require_ray
+        from edgekit.ray_nodes import require_ray
 
         if not ray:
             raise InputError(
@@ -128,7 +128,7 @@ def run_serve(
 ) -> dict[str, Any]:
     """``edgekit serve BUNDLE --ray``: connect (``local`` starts Ray here), serve, print the
     URL, block until Ctrl-C or ``duration_s``, then delete the app. Options as serve_bundles."""
-    from edgekit.ray_fanout import ray_cluster
+    from edgekit.ray_nodes import ray_cluster
     from edgekit.ray_serve import serve_bundles, stop_serving
 
     with ray_cluster(address, runtime_env, quiet=False) as cluster:

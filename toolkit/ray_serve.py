@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import BundleError, EdgekitError, InputError, SelfTestError
-from edgekit.ray_fanout import ShippedBundle, local_bundle, require_ray
+from edgekit.ray_nodes import ShippedBundle, local_bundle, require_ray
 
 DEFAULT_PORT = 8000
 APP_NAME = "edgekit"
@@ -329,7 +329,7 @@ def serve_bundles(
     from ray.serve.exceptions import RayServeException
 
     from edgekit.bundle import Bundle
-    from edgekit.ray_fanout import ship_bundle
+    from edgekit.ray_nodes import ship_bundle
 
     if not bundles:
         raise InputError("serve needs at least one bundle")
