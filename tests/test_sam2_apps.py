@@ -45,7 +45,8 @@ def test_run_on_a_synthetic_clip_writes_masks_and_scores(sam2_bundle, tmp_path):
 
 def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, tmp_path):
     """run / bench-stream / the daemon build their predictor from the bundle's recorded
-    stream_config (sam2-edge: memory selection); an unknown recorded option is a clear error."""
+    stream_config (sam2-edge: SAM 2's predictor; memory selection when the bundle records it);
+    an unknown recorded option is a clear error."""
     from edgekit.bundle import Bundle
     from edgekit.registry import get_card
     from edgekit.sam2_run import bundle_stream_config
@@ -53,6 +54,10 @@ def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, 
     bundle = Bundle.load(sam2_bundle)
     config = bundle_stream_config(bundle)
     assert config == get_card("sam2-edge").stream_config()
+    assert (config.memory_min_score, config.memory_min_iou) == (None, None)
+    recorded = bundle.manifest["preprocessing"]["stream_config"]
+    recorded.update(memory_min_score=0.0, memory_min_iou=0.5)
+    config = bundle_stream_config(bundle)
     assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
     bundle.manifest["preprocessing"]["stream_config"]["warp_speed"] = 9
     with pytest.raises(InputError, match=r"stream options \['warp_speed'\]"):

@@ -198,19 +198,25 @@ def test_tensorrt_profiles_cover_the_memory_bank(model: EdgeSAM2) -> None:
 def test_packaged_weights_are_the_default_recipe() -> None:
     """The weights shipped in the package are named by the default recipe's cache key, so a
     changed recipe or model source can never load stale weights."""
-    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, SAM2EdgeCard, packaged_weights
+    from edgekit.models.sam2_edge.card import (
+        DEFAULT_RECIPE,
+        STAGE3_RECIPE,
+        SAM2EdgeCard,
+        packaged_weights,
+    )
 
     card = SAM2EdgeCard()
     recipe = card.train_config()
-    assert recipe == DEFAULT_RECIPE and recipe.init == TrainConfig()
-    for stage in (recipe, recipe.init):  # both stages ship: options of the last stage need
-        path = packaged_weights(stage)  # only the first stage's weights
+    assert recipe == DEFAULT_RECIPE and recipe.init == STAGE3_RECIPE
+    assert recipe.init.init.init == TrainConfig()  # four stages, the first from scratch
+    for stage in (recipe, recipe.init):  # the last two stages ship: options of the last
+        path = packaged_weights(stage)  # stage need only the stage before's weights
         assert path.is_file(), f"no packaged weights for the default recipe at {path}"
     result = card.train()
     assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2())
-    assert SAM2EdgeCard(steps=10).train_config().init == TrainConfig()  # options: last stage
+    assert SAM2EdgeCard(steps=10).train_config().init == STAGE3_RECIPE  # options: last stage
 
 
 def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) -> None:
@@ -238,21 +244,22 @@ def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) ->
         clip_case(replace(second, case_weights=(1.0, 2.0)), 0)
 
 
-def test_card_streams_with_memory_selection_and_options_turn_it_off() -> None:
-    """sam2-edge streams with memory selection (chosen on calibration clips); card options
-    turn it off (SAM 2's predictor); the base card is SAM 2; bundles record the choice."""
+def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:
+    """sam2-edge streams with SAM 2's predictor (chosen on calibration clips); card options
+    turn on memory selection; the choice is what bundles record."""
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
     from edgekit.models.sam2_edge.evaluation import evaluate_graphs, stream_config
     from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 
-    assert StreamingSAM2Card.stream_options == {}
+    assert StreamingSAM2Card.stream_options == {} == SAM2EdgeCard.stream_options
     card = SAM2EdgeCard()
-    config = card.stream_config()
+    assert card.stream_config() == stream_config(card.image_size)
+    assert card.preprocessing()["stream_config"]["memory_min_iou"] is None
+    chosen = SAM2EdgeCard(memory_min_score=0.0, memory_min_iou=0.5)
+    config = chosen.stream_config()
     assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
     assert config.image_size == card.image_size and config.num_maskmem == 7
-    assert card.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
-    plain = SAM2EdgeCard(memory_min_score=None, memory_min_iou=None)
-    assert plain.stream_config() == stream_config(card.image_size)
+    assert chosen.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
     # the evaluation streams with the config it is given (a full-memory check would differ)
     net = EdgeSAM2(SMALL).eval()
     clip = C.make_clip("heldout", 0, frames=4, size=128)
