@@ -58,11 +58,9 @@ STAGE3_RECIPE = TrainConfig(
     case_weights=(1.0, 1.0, 2.0, 2.0, 2.0),
     init=STAGE2_RECIPE,
 )
-DEFAULT_RECIPE = TrainConfig(
-    steps=240,
+DEFAULT_RECIPE = replace(  # stage 3's recipe on 24-frame windows of fresh clips
+    STAGE3_RECIPE,
     frames=24,
-    source_frames=48,
-    lr=5e-4,
     seed=4,
     clip_offset=14_000,
     case_weights=(1.0, 1.0, 3.0, 3.0, 2.0),
