@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 a check failed (verification, self-test, accuracy budge
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -416,49 +417,10 @@ def unpack_cmd(archive: Path, dest: Path) -> None:
     _console().print(f"unpacked {unpack(archive, dest).path}")
 
 
-def _register_device_commands() -> None:
-    from edgekit.cli_daemon import register
-
-    register(app, handle_errors, _console)
-
-
-_register_device_commands()
-
-
-def _register_ray_commands() -> None:
-    from edgekit.cli_ray import register
-
-    register(app, handle_errors, _console)
-
-
-_register_ray_commands()
-
-
-def _register_eval_command() -> None:
-    from edgekit.cli_eval import register
-
-    register(app, handle_errors, _console)
-
-
-_register_eval_command()
-
-
-def _register_run_command() -> None:
-    from edgekit.cli_run import register
-
-    register(app, handle_errors, _console)
-
-
-_register_run_command()
-
-
-def _register_sam2_commands() -> None:
-    from edgekit.cli_sam2 import register
-
-    register(app, handle_errors, _console)
-
-
-_register_sam2_commands()
+# commands kept in their own modules, each with register(app, handle_errors, console):
+# device / daemon commands, Ray, eval, run, the SAM 2 stream commands
+for _module in ("cli_daemon", "cli_ray", "cli_eval", "cli_run", "cli_sam2"):
+    importlib.import_module(f"edgekit.{_module}").register(app, handle_errors, _console)
 
 
 def main() -> None:
