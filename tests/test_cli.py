@@ -87,6 +87,8 @@ def test_bad_inputs_give_one_clear_error(tmp_path: Path) -> None:
     assert res.returncode == 2 and "unknown export format 'coreml'" in res.stderr
     res = edgekit("verify", str(tmp_path / "missing"))
     assert res.returncode == 2 and "bundle.json is missing" in res.stderr
+    res = edgekit("eval", "sam2-edge", "--model", "photo-cnn")  # --model is eval lens's
+    assert res.returncode == 2 and "--model picks the classifiers" in res.stderr
     for out in (res,):
         assert "Traceback" not in out.stderr
 

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from edgekit.cli_options import OptionsArg, parse_options
+from edgekit.errors import InputError
 
 
 def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
@@ -80,11 +81,14 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 raise typer.Exit(1)
             return
         if len(bundle or []) > 1 or len(runtime or []) > 1:
-            from edgekit.errors import InputError
-
             raise InputError("several --bundle or --runtime values need --ray (the grid)")
         bundle = bundle[0] if bundle else None
         runtime = runtime[0] if runtime else None
+        if lens_model and model != "lens":
+            raise InputError(
+                f"--model picks the classifiers of `edgekit eval lens`; for '{model}' give "
+                "--bundle or --option instead"
+            )
         if model == "lens":
             from edgekit.lens_report import eval_lens
 
@@ -103,8 +107,6 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             card.experiment(out if out != Path("out/lens") else Path("out") / model, True)
             return
         if judge is not None:
-            from edgekit.errors import InputError
-
             if not hasattr(card, "judge"):
                 raise InputError(f"model '{model}' has no LLM judge to evaluate")
             metrics = card.evaluate_judge(card.judge(str(judge)))
