@@ -11,14 +11,14 @@ Diverse's set-up, devices/print_mount.py): the frame shows the backdrop, the pri
 ``Frame.metadata["print_box"]``.
 
 Auto-exposure (``meter``) models a compact camera's program mode with auto ISO: (1) the meter
-reads the frame's mean luminance in the gamma-encoded preview ("average", whole frame) or weights
-the centre ("center-weighted": 60 % on the central disc of half the short side, 40 % on the whole
-frame) and aims it at the reflected-meter calibration (K = 12.5, ~12 % reflectance renders as
-mid-grey), with a 0.15-stop rms metering error; (2) the aperture is Av = EV100 / 2 - 1 (APEX),
-kept between wide open (the lens's smallest f-number) and f/11, so it is wide open in dim
-light; (3) the shutter follows down to the hand-held floor of 1/60 s; (4) then the ISO rises (auto ISO up to 12800);
-(5) only then does the shutter get slower than 1/60 s; (6) in light too bright for 1/8000 s the
-aperture closes further. The camera does not know it is on a tripod, and a dark backdrop
+reads the frame in the gamma-encoded preview by its metering mode (devices/metering.py:
+"average" over the whole frame, "center-weighted", or "evaluative" zone metering linked to a
+central AF point) and aims it at the reflected-meter calibration (K = 12.5, ~12 %
+reflectance renders as mid-grey), with a 0.15-stop rms metering error; (2) the aperture is
+Av = EV100 / 2 - 1 (APEX), kept between wide open (the lens's smallest f-number) and f/11, so it
+is wide open in dim light; (3) the shutter follows down to the hand-held floor of 1/60 s;
+(4) then the ISO rises (auto ISO up to 12800); (5) only then does the shutter get slower than
+1/60 s; (6) in light too bright for 1/8000 s the aperture closes further. The camera does not know it is on a tripod, and a dark backdrop
 around a bright subject makes an average meter over-expose the subject, as real cameras do.
 """
 
@@ -35,13 +35,13 @@ import numpy as np
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
 from edgekit.devices.lighting import LIGHTINGS, Lighting, get_lighting
+from edgekit.devices.metering import check_mode, metered_reflectance
 from edgekit.devices.print_mount import PrintMount
 from edgekit.devices.scenes import HELDOUT_BAND, PHOTOS, load_photo
 from edgekit.devices.sensor import (
     DEFAULT_SENSOR,
     REFLECTED_METER_K,
     SensorParams,
-    linear_to_srgb,
     luminance,
     simulate,
     srgb_to_linear,
@@ -59,27 +59,6 @@ HANDHELD_SHUTTER_S = 1 / 60  # program mode raises ISO before going slower than 
 AUTO_ISO_MAX = 12800.0  # auto-ISO ceiling before the shutter gets longer than HANDHELD_SHUTTER_S
 AE_CONVERGENCE_FRAMES = 3  # preview frames the AE loop needs before the capture
 PREVIEW_FRAME_S = 1 / 30  # preview frame interval during AE convergence
-METERING_MODES = ("average", "center-weighted")
-CENTER_WEIGHT = 0.6  # centre-weighted metering: share of the weight on the central disc
-CENTER_DISC_FRACTION = 0.5  # diameter of that disc / the frame's short side
-
-
-@lru_cache(maxsize=16)
-def metering_weights(shape: tuple[int, int], mode: str) -> np.ndarray:
-    """(H, W) float32 metering weights summing to 1 for ``mode`` (one of METERING_MODES)."""
-    h, w = shape
-    uniform = np.full((h, w), 1.0 / (h * w), dtype=np.float32)
-    if mode == "average":
-        uniform.setflags(write=False)
-        return uniform
-    if mode != "center-weighted":
-        raise InputError(f"metering must be one of {', '.join(METERING_MODES)}, got {mode!r}")
-    yy, xx = np.mgrid[0:h, 0:w]
-    radius = CENTER_DISC_FRACTION * min(h, w) / 2
-    disc = ((yy + 0.5 - h / 2) ** 2 + (xx + 0.5 - w / 2) ** 2 <= radius**2).astype(np.float32)
-    weights = CENTER_WEIGHT * disc / disc.sum() + (1 - CENTER_WEIGHT) * uniform
-    weights.setflags(write=False)
-    return weights
 
 
 def _frame_box(h: int, w: int, aspect: float, region: str) -> tuple[int, int, int, int]:
@@ -138,7 +117,7 @@ class SimCamera(Camera):
     for the daemon); ``realtime=True``
     sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos;
     ``mount``: None (the scene fills the frame) or a PrintMount (a print on a dark backdrop);
-    ``metering``: "average" or "center-weighted" (auto-exposure); ``aperture_range``: the lens's
+    ``metering``: "average", "center-weighted" or "evaluative" (auto-exposure, devices/metering.py); ``aperture_range``: the lens's
     (smallest, largest) f-number.
     """
 
@@ -176,11 +155,7 @@ class SimCamera(Camera):
         self.tour_every = tour_every
         self.realtime = realtime
         self.sensor = sensor
-        if metering not in METERING_MODES:
-            raise InputError(
-                f"metering must be one of {', '.join(METERING_MODES)}, got {metering!r}"
-            )
-        self.metering = metering
+        self.metering = check_mode(metering)
         lo, hi = float(aperture_range[0]), float(aperture_range[1])
         if not 0 < lo <= hi:
             raise InputError(
@@ -269,18 +244,14 @@ class SimCamera(Camera):
 
     def scene_luminance(self, encoded: bool = False, metering: str = "average") -> float:
         """Mean scene luminance in cd/m^2 (Lambertian: L = E * rho / pi) under the lighting,
-        weighted by ``metering`` (METERING_MODES) over the whole frame.
+        as the meter of mode ``metering`` (devices/metering.py) reads it.
 
         ``encoded=True`` averages in the sRGB-encoded domain (then decodes), as a camera meter
         that reads its gamma-encoded preview does: a typical photo then renders near mid-grey.
         """
         gains = np.asarray(self.lighting.gains(), dtype=np.float32)
         lum = np.clip(luminance(self.scene_linear * gains), 0.0, 1.0)  # (H, W)
-        weights = metering_weights(lum.shape, metering)  # (H, W), sums to 1
-        if encoded:
-            rho = float(srgb_to_linear(np.sum(linear_to_srgb(lum) * weights)))
-        else:
-            rho = float(np.sum(lum * weights))
+        rho = metered_reflectance(lum, metering, encoded=encoded)
         return self.lighting.lux * rho / math.pi
 
     def meter(self, rng: np.random.Generator | None = None) -> CaptureSettings:

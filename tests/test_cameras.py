@@ -356,23 +356,53 @@ def test_dark_room_lighting_set() -> None:
 
 
 def test_metering_weights_and_modes() -> None:
-    from edgekit.devices.sim_camera import metering_weights
+    from edgekit.devices.metering import metered_reflectance, metering_weights
 
     avg = metering_weights((64, 64), "average")
     cw = metering_weights((64, 64), "center-weighted")
     assert avg.sum() == pytest.approx(1.0) and cw.sum() == pytest.approx(1.0, abs=1e-5)
     assert cw[32, 32] > 3 * avg[32, 32] and cw[0, 0] == pytest.approx(0.4 * avg[0, 0])
-    with pytest.raises(InputError, match="metering"):
+    flat = np.full((70, 90), 0.18, np.float32)
+    for mode in ("average", "center-weighted", "evaluative"):  # a uniform frame reads its level
+        assert metered_reflectance(flat, mode) == pytest.approx(0.18, rel=1e-4)
+        assert metered_reflectance(flat, mode, encoded=False) == pytest.approx(0.18, rel=1e-5)
+    with pytest.raises(InputError, match="metering must be one of average, center-weighted, eva"):
         SimCamera(metering="spot")
+    with pytest.raises(InputError, match="at least 7x9"):
+        metered_reflectance(np.zeros((6, 6), np.float32), "evaluative")
+
+
+def test_evaluative_metering_reads_the_subject_at_the_af_point() -> None:
+    """Zones: 9 x 7 split evenly, Gaussian weights around the centre AF zone; zones are limited
+    to 2 stops around the subject (AF zone + neighbours), so a black backdrop and a lamp in a
+    corner barely move the reading, while the average meter follows them."""
+    from edgekit.devices.metering import metered_reflectance, zone_means, zone_weights
+
+    weights, subject = zone_weights()
+    assert weights.shape == subject.shape == (7, 9) and weights.sum() == pytest.approx(1.0)
+    assert subject.sum() == 9 and subject[3, 4] and weights.argmax() == 3 * 9 + 4
+    ramp = np.arange(14 * 18, dtype=np.float32).reshape(14, 18)  # 2 x 2 pixels per zone
+    means = zone_means(ramp)
+    assert means.shape == (7, 9) and means[0, 0] == pytest.approx(ramp[:2, :2].mean())
+    assert means[6, 8] == pytest.approx(ramp[12:, 16:].mean())
+    frame = np.full((140, 180), 0.01, np.float32)  # black backdrop, 4.2 stops under the print
+    frame[35:105, 45:135] = 0.18  # the print covers the middle half of each side
+    avg = metered_reflectance(frame, "average", encoded=False)
+    evaluative = metered_reflectance(frame, "evaluative", encoded=False)
+    assert avg < 0.06 and 0.1 < evaluative < 0.18  # the backdrop counts as 2 stops under, at most
+    frame[:20, :20] = 1.0  # a lamp in a corner zone
+    assert metered_reflectance(frame, "average", encoded=False) > avg + 0.01
+    lamp = metered_reflectance(frame, "evaluative", encoded=False)
+    assert lamp == pytest.approx(evaluative, abs=0.003)
 
 
 def test_average_metering_over_exposes_a_print_on_a_dark_backdrop() -> None:
     """A print covering a quarter of the frame on a dark wall: the average meter sees mostly wall
-    and over-exposes the print; centre-weighted metering lands closer to mid-grey."""
+    and over-exposes the print; centre-weighted and evaluative metering land closer to mid-grey."""
     from edgekit.devices.print_mount import PrintMount
 
     means = {}
-    for metering in ("average", "center-weighted"):
+    for metering in ("average", "center-weighted", "evaluative"):
         cam = SimCamera(
             scene="coffee", lighting="lamps-mixed", size=128, mount=PrintMount(), seed=1,
             metering=metering, aperture_range=(5.0, 22.0),
@@ -386,6 +416,7 @@ def test_average_metering_over_exposes_a_print_on_a_dark_backdrop() -> None:
         means[metering] = float(frame.image[y0:y1, x0:x1].mean())
         assert frame.image[:16].mean() < means[metering]  # the backdrop stays dark
     assert means["average"] > 140 and means["average"] > means["center-weighted"] + 20, means
+    assert 90 < means["evaluative"] < means["center-weighted"] + 5, means
     cam = SimCamera.from_spec("mount=print,metering=center-weighted,size=64")
     assert cam.mount is not None and cam.metering == "center-weighted"
     assert cam.capture(GRID[0]).metadata["print_box"] == (16, 48, 16, 48)

@@ -202,7 +202,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     report = run_lens_bench(config, progress=False, bundle_root=tmp_path)
     methods = summarise(report)["photo-cnn onnx-fp32"]
     assert report["config"]["scene_set"] == "wide-range"  # the set holding these environments
-    expected = {"clean", "ae", "ae center-weighted", "naive", "best-fixed", "oracle", "lens K=27"}
+    expected = {"clean", "ae", "ae average", "ae center-weighted", "naive", "best-fixed", "oracle"}
+    expected |= {"lens K=27"}
     expected |= {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
     expected |= {f"lens K={k} selected" for k in (3, 6, 9)}
     expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
@@ -237,7 +238,9 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     claims = {c["claim"] for c in lens_checks(report)}
     assert "lens K=6 selected > best-fixed beyond noise" in claims
     assert {  # every metering mode's auto-exposure is a baseline of its own
-        f"{a} > ae center-weighted beyond noise" for a in ("best-fixed", "lens K=6 selected")
+        f"{a} > ae {m} beyond noise"
+        for a in ("best-fixed", "lens K=6 selected")
+        for m in ("average", "center-weighted")
     } <= claims
     assert {
         f"lens K=6 selected keeps >= 90% of the K=27 gain over {b}" for b in ("ae", "naive")
@@ -267,7 +270,8 @@ def test_scene_sets_resolve_and_bad_names_fail() -> None:
 
 def test_es_diverse_captures_are_the_print_region(scene) -> None:
     """The ES-Diverse set frames a print (2x the scene) on a dark backdrop; the classifier gets
-    the print region; average-metered AE over-exposes it more than centre-weighted AE."""
+    the print region; average-metered AE over-exposes it more than centre-weighted AE, and the
+    first metering mode ("ae") is evaluative, a DSLR's default."""
     from edgekit.lens import classifier_view
     from edgekit.lens_captures import bench_camera, capture_set
 
@@ -277,8 +281,9 @@ def test_es_diverse_captures_are_the_print_region(scene) -> None:
     assert cam.capabilities()["aperture_f"].minimum == 5.0
     caps = capture_set(scene[None], ["lamp-cool", "lamps-bright"], 0, 2, scene_set="es-diverse")
     assert caps["grid"].shape == (2, 1, 27, 64, 64, 3) and caps["ae"].shape == (2, 1, 2, 64, 64, 3)
-    assert caps["ae center-weighted"].shape == (2, 1, 2, 64, 64, 3)
-    assert caps["ae"].mean() > caps["ae center-weighted"].mean() + 10
+    assert caps["ae center-weighted"].shape == caps["ae average"].shape == (2, 1, 2, 64, 64, 3)
+    assert caps["ae average"].mean() > caps["ae center-weighted"].mean() + 10
+    assert caps["ae average"].mean() > caps["ae"].mean() + 10
     assert caps["grid_latency"].shape == (2, 1, 27) and caps["meter_ev"].shape == (2, 1)
     assert caps["meter_ev"][1, 0] > caps["meter_ev"][0, 0]  # more light, higher metered EV
 

@@ -18,7 +18,9 @@ from edgekit.lens import classifier_view, paper_grid
 SCENE_SETS = ("es-diverse", "wide-range")
 DEFAULT_SCENE_SET = "es-diverse"
 ES_DIVERSE_APERTURE = (5.0, 22.0)  # the widest f-number of the paper's grid is the lens's limit
-AE_METERING = ("average", "center-weighted")  # "ae" = the first; the others are "ae <mode>"
+# "ae" = the first: evaluative, the default metering of a DSLR such as ImageNet-ES's Canon;
+# the others are "ae <mode>"
+AE_METERING = ("evaluative", "average", "center-weighted")
 
 
 def lighting_names(scene_set: str = DEFAULT_SCENE_SET) -> list[str]:
