@@ -8,8 +8,9 @@ also makes the captures):
 - "es-diverse" (faithful to ImageNet-ES Diverse's capture set-up): the scene is a *print* on a
   dark backdrop filling the middle half of the frame (devices/print_mount.py), in a dark room lit
   by two ceiling lamps (6 environments, 10-250 lux, devices/lighting.py); the camera's lens opens
-  to f/5 at most (the widest aperture of the paper's grid); auto-exposure meters the whole frame;
-  the classifier is given the print region of every capture (the frame is 2x the print).
+  to f/5 at most (the widest aperture of the paper's grid); auto-exposure meters as a DSLR does
+  by default (evaluative zone metering around a central AF point, devices/metering.py; the
+  whole-frame average and centre-weighted meters are baselines too); the classifier is given the print region of every capture (the frame is 2x the print).
 - "wide-range": the scene fills the frame, 9 environments from 10 to 100,000 lux (our first set).
  Per simulator seed the capture set is built once (deterministic under the seed) and every
 classifier bundle scores it, one ``Session.run`` per scene and environment (all its captures).
