@@ -146,6 +146,48 @@ def test_training_is_deterministic_and_cached(tmp_path, monkeypatch) -> None:
     assert _tiny_config(3).key() != config.key()
 
 
+def test_interrupted_training_resumes_to_the_same_weights(tmp_path, monkeypatch) -> None:
+    """Training checkpoints every CHECKPOINT_EVERY steps; a run killed mid-way and started
+    again continues from the checkpoint and ends with the uninterrupted run's weights and loss
+    log; the checkpoint is removed once the weights are saved; a corrupt or foreign one is
+    ignored."""
+    from edgekit.models.sam2_edge import train as train_mod
+    from edgekit.train_checkpoint import checkpoint_path
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(train_mod, "CHECKPOINT_EVERY", 2)
+    config = _tiny_config(5)
+    whole = train_model(config)
+    real_loss, calls = rollout.rollout_loss, []
+
+    def dies_on_the_fourth_step(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real_loss(*args, **kwargs)
+
+    monkeypatch.setattr(rollout, "rollout_loss", dies_on_the_fourth_step)
+    with pytest.raises(KeyboardInterrupt):
+        train_cached(config, show_progress=False)
+    partial = checkpoint_path(train_mod.weights_path(config))
+    assert partial.is_file() and load_cached(config) is None
+    assert torch.load(partial, weights_only=True)["loop"]["step"] == 2
+    monkeypatch.setattr(rollout, "rollout_loss", real_loss)
+    resumed = train_cached(config, show_progress=False)
+    assert not partial.exists() and not resumed.cached
+    assert resumed.losses == whole.losses and len(resumed.losses) == 5
+    for key, value in whole.state_dict.items():
+        assert torch.equal(value, resumed.state_dict[key]), key
+    partial.write_bytes(b"not a checkpoint")  # corrupt: ignored, training starts over
+    again = train_model(config, checkpoint=partial)
+    assert torch.equal(again.state_dict["no_mem_embed"], whole.state_dict["no_mem_embed"])
+    other = _tiny_config(4)
+    train_model(other, checkpoint=partial)  # leaves a checkpoint of another recipe (step 2)
+    assert torch.load(partial, weights_only=True)["key"] == other.key()
+    again = train_model(config, checkpoint=partial)
+    assert again.losses == whole.losses
+
+
 def test_card_golden_inputs_are_recorded_stream_feeds() -> None:
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
     from edgekit.models.sam2_edge.stream_card import GOLDEN_FRAME

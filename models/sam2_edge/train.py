@@ -47,10 +47,12 @@ from edgekit.models.sam2_edge import (
 from edgekit.models.sam2_edge.config import EdgeConfig
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.progress import step_progress
+from edgekit.train_checkpoint import LoopState, checkpoint_path, load_checkpoint, save_checkpoint
 
 Progress = Callable[[float, str], None]
 CACHE_NAME = "sam2-edge"
 PROGRESS_EVERY = 10  # training steps per tick of the progress bar
+CHECKPOINT_EVERY = 20  # training steps between two resumable checkpoints (train_cached)
 MAX_STRIDE = 3  # training windows take every 1st, 2nd or 3rd frame of a long clip
 _SOURCES = (clips, config, decoder, encoder, layers, memory, model, prompts, rollout)
 
@@ -158,11 +160,15 @@ def train_model(
     progress: Progress | None = None,
     show_progress: bool = False,
     init_weights: dict[str, torch.Tensor] | None = None,
+    checkpoint: Path | None = None,
 ) -> TrainResult:
     """Train EdgeSAM2 under ``config`` from scratch or from ``init_weights`` (no cache involved).
 
     ``progress(fraction, message)`` is called every few steps; ``show_progress`` draws a bar on
-    stderr (edgekit.progress) advancing every PROGRESS_EVERY steps.
+    stderr (edgekit.progress) advancing every PROGRESS_EVERY steps. With ``checkpoint`` the
+    whole training state is written there every CHECKPOINT_EVERY steps and a run that finds one
+    of the same recipe continues from it (edgekit.train_checkpoint): an interrupted run resumed
+    ends with the same weights as an uninterrupted one.
     """
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
@@ -180,13 +186,18 @@ def train_model(
             schedule = torch.optim.lr_scheduler.OneCycleLR(
                 optimizer, max_lr=config.lr, total_steps=config.steps, pct_start=0.1
             )
-            started = time.perf_counter()
-            losses: list[float] = []
-            ema = None
+            loop = LoopState()
+            if checkpoint is not None:
+                resumed = load_checkpoint(checkpoint, config.key(), net, optimizer, schedule, rng)
+                if resumed is not None:
+                    loop = resumed
+                    for _ in range(loop.step // PROGRESS_EVERY):
+                        bar(f"resumed at step {loop.step}/{config.steps}")
+            started = time.perf_counter() - loop.seconds
             net.train()
             prefetch = ThreadPoolExecutor(max_workers=1)  # makes the next step's clips
-            upcoming = prefetch.submit(training_batch, config, 0)
-            for step in range(config.steps):
+            upcoming = prefetch.submit(training_batch, config, loop.step)
+            for step in range(loop.step, config.steps):
                 batch = upcoming.result()
                 if step + 1 < config.steps:
                     upcoming = prefetch.submit(training_batch, config, step + 1)
@@ -197,23 +208,28 @@ def train_model(
                 optimizer.step()
                 schedule.step()
                 value = float(loss.detach())
-                losses.append(value)
-                ema = value if ema is None else 0.95 * ema + 0.05 * value
+                loop.losses.append(value)
+                loop.ema = value if loop.ema is None else 0.95 * loop.ema + 0.05 * value
                 message = (
-                    f"step {step + 1}/{config.steps} loss {ema:.3f} "
+                    f"step {step + 1}/{config.steps} loss {loop.ema:.3f} "
                     f"(prompted {parts['prompted']:.2f}, tracked {parts['tracked']:.2f})"
                 )
                 if step % PROGRESS_EVERY == 0:
                     bar(message)
                 if progress and (step % 5 == 0 or step == config.steps - 1):
                     progress((step + 1) / config.steps, message)
+                loop.step = step + 1
+                due = loop.step % CHECKPOINT_EVERY == 0 and loop.step < config.steps
+                if checkpoint is not None and due:
+                    loop.seconds = time.perf_counter() - started
+                    save_checkpoint(checkpoint, config.key(), loop, net, optimizer, schedule, rng)
             seconds = time.perf_counter() - started
             prefetch.shutdown()
     finally:
         torch.set_num_threads(previous_threads)
     net.eval()
     state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-    return TrainResult(state, config, seconds, float(ema or 0.0), losses)
+    return TrainResult(state, config, seconds, float(loop.ema or 0.0), loop.losses)
 
 
 def _save(result: TrainResult, path: Path) -> None:
@@ -261,7 +277,9 @@ def train_cached(
 
     Weights are looked up in the folder ``shipped`` (a package's bundled weights, same file
     names) first, then in the cache. A staged recipe first loads or trains its ``init`` recipe
-    the same way (``force`` only retrains the last stage).
+    the same way (``force`` only retrains the last stage). Training writes a resumable
+    checkpoint next to the weights' path (``<name>.partial.pt``, removed when the weights are
+    saved); an interrupted run continues from it unless ``force`` starts over.
     """
     config = config or TrainConfig()
     path = weights_path(config)
@@ -274,7 +292,11 @@ def train_cached(
     start = None
     if config.init is not None:
         start = train_cached(config.init, progress, False, show_progress, shipped).state_dict
-    result = train_model(config, progress, show_progress, init_weights=start)
+    partial = checkpoint_path(path)
+    if force:
+        partial.unlink(missing_ok=True)
+    result = train_model(config, progress, show_progress, init_weights=start, checkpoint=partial)
     _save(result, path)
+    partial.unlink(missing_ok=True)
     result.path = path
     return result
