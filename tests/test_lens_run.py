@@ -65,3 +65,19 @@ def test_eval_lens_model_specs_pick_the_bundles_to_bench() -> None:
         lens_targets(["bingoguard"])
     with pytest.raises(InputError, match="unknown model 'nope'"):
         lens_targets(["nope"])
+
+
+def test_run_refuses_the_other_pipelines_options() -> None:
+    """An option of one pipeline given to the other is a clear error, not silently ignored."""
+    from typer.testing import CliRunner
+
+    from edgekit.cli import app
+
+    result = CliRunner().invoke(app, ["run", "lens", "--out", "x", "--box", "1,1,4,4"])
+    assert result.exit_code == 2
+    assert "--out, --box are not options of the lens pipeline" in result.output
+    assert "its options: --log, --k, --variant, --latency-budget" in result.output
+    result = CliRunner().invoke(app, ["run", "sam2-stream", "--k", "3"])
+    assert result.exit_code == 2 and "--k is not an option of the sam2-stream" in result.output
+    result = CliRunner().invoke(app, ["run", "nope"])
+    assert result.exit_code == 2 and "unknown pipeline 'nope'" in result.output

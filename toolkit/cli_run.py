@@ -35,9 +35,12 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         k: Annotated[int, typer.Option("--k", help="lens: candidate captures per decision")] = 6,
         frames: Annotated[int, typer.Option(help="decisions (lens) or frames (sam2-stream)")] = 20,
         log: Annotated[
-            Path,
-            typer.Option(help="lens: JSON-lines decision log (a PNG strip is written beside it)"),
-        ] = Path("out/lens-run.jsonl"),
+            Path | None,
+            typer.Option(
+                help="lens: JSON-lines decision log, default out/lens-run.jsonl (a PNG strip is "
+                "written beside it)"
+            ),
+        ] = None,
         variant: Annotated[
             str, typer.Option(help="VisiT variant: top1 | entropy | margin")
         ] = "top1",
@@ -45,8 +48,12 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             float | None, typer.Option(help="seconds per decision, shutter times included")
         ] = None,
         out: Annotated[
-            Path, typer.Option(help="sam2-stream: where stream.mp4, sheet.png, frames.jsonl go")
-        ] = Path("out/sam2-stream"),
+            Path | None,
+            typer.Option(
+                help="sam2-stream: where stream.mp4, sheet.png, frames.jsonl go "
+                "(default out/sam2-stream)"
+            ),
+        ] = None,
         runtime: Annotated[str | None, typer.Option(help="sam2-stream: runtime")] = None,
         point: Annotated[
             list[str] | None, typer.Option(help="sam2-stream: positive click x,y (frame pixels)")
@@ -58,12 +65,27 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
     ) -> None:
         """Run an on-device pipeline live on a camera: Lens logs each decision; sam2-stream draws
         the tracked masks over every frame (MP4 + PNG sheet) and prints its latency."""
+        from edgekit.errors import InputError
+
+        given = {"--log": log is not None, "--out": out is not None, "--runtime": bool(runtime)}
+        given |= {"--point": bool(point), "--negative": bool(negative), "--box": bool(box)}
+        given |= {"--k": k != 6, "--variant": variant != "top1"}
+        given |= {"--latency-budget": latency_budget is not None}
+        foreign = {"lens": ("--out", "--runtime", "--point", "--negative", "--box")}
+        foreign["sam2-stream"] = ("--log", "--k", "--variant", "--latency-budget")
+        wrong = [name for name in foreign.get(pipeline, ()) if given[name]]
+        if wrong:
+            raise InputError(
+                f"{', '.join(wrong)} {'is not an option' if len(wrong) == 1 else 'are not options'}"
+                f" of the {pipeline} pipeline; its options: "
+                + ", ".join(n for n in given if n not in foreign[pipeline])
+            )
         if pipeline == "sam2-stream":
             from edgekit.sam2_run import parse_prompt, run_sam2_stream
 
             source = "clip:heldout:0" if camera == "sim" and not (point or box) else camera
             run = run_sam2_stream(
-                source, model or "sam2-edge", frames, out, runtime,
+                source, model or "sam2-edge", frames, out or Path("out/sam2-stream"), runtime,
                 parse_prompt(point or [], negative or [], box),
             )  # fmt: skip
             summary = run.summary()
@@ -78,10 +100,9 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 console().print(f"  {name}: {path}")
             return
         if pipeline != "lens":
-            from edgekit.errors import InputError
-
             raise InputError(f"unknown pipeline '{pipeline}'; available: lens, sam2-stream")
         from edgekit.lens_run import run_lens
 
+        log = log or Path("out/lens-run.jsonl")
         decisions = run_lens(camera, model or "photo-cnn", k, frames, log, variant, latency_budget)
         console().print(f"{len(decisions)} decisions logged to {log}")
