@@ -18,8 +18,9 @@ reflectance renders as mid-grey), with a 0.15-stop rms metering error; (2) the a
 Av = EV100 / 2 - 1 (APEX), kept between wide open (the lens's smallest f-number) and f/11, so it
 is wide open in dim light; (3) the shutter follows down to the hand-held floor of 1/60 s;
 (4) then the ISO rises (auto ISO up to 12800); (5) only then does the shutter get slower than
-1/60 s; (6) in light too bright for 1/8000 s the aperture closes further. The camera does not know it is on a tripod, and a dark backdrop
-around a bright subject makes an average meter over-expose the subject, as real cameras do.
+1/60 s; (6) in light too bright for 1/8000 s the aperture closes further. The camera does not
+know it is on a tripod, and a dark backdrop around a bright subject makes an average meter
+over-expose the subject, as real cameras do.
 """
 
 from __future__ import annotations
@@ -117,8 +118,8 @@ class SimCamera(Camera):
     for the daemon); ``realtime=True``
     sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos;
     ``mount``: None (the scene fills the frame) or a PrintMount (a print on a dark backdrop);
-    ``metering``: "average", "center-weighted" or "evaluative" (auto-exposure, devices/metering.py); ``aperture_range``: the lens's
-    (smallest, largest) f-number.
+    ``metering``: "average", "center-weighted" or "evaluative" (auto-exposure,
+    devices/metering.py); ``aperture_range``: the lens's (smallest, largest) f-number.
     """
 
     name = "sim"
