@@ -193,13 +193,13 @@ def test_card_golden_inputs_are_recorded_stream_feeds() -> None:
     from edgekit.models.sam2_edge.stream_card import GOLDEN_FRAME
 
     card = SAM2EdgeCard()
-    card._model = EdgeSAM2().eval()  # random weights: no training in a unit test
+    card._model = EdgeSAM2(card.train_config().arch).eval()  # random weights: no training
     golden = card.golden_inputs()
     assert set(golden) == set(contract.GRAPH_NAMES)
     for name, feeds in golden.items():
         assert list(feeds) == contract.input_names(name)
     memory = golden[contract.MEMORY_ATTENTION]
-    assert memory["mem_feats"].shape == (GOLDEN_FRAME, 64, 10, 8)  # prompted + 4 recent
+    assert memory["mem_feats"].shape == (GOLDEN_FRAME, 64, 17, 16)  # prompted + 4 recent
     assert memory["mem_tpos_idx"].tolist() == [6, 3, 2, 1, 0]
     assert [spec.name for spec in card.graphs()] == list(contract.GRAPH_NAMES)
 
@@ -242,23 +242,23 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     changed recipe or model source can never load stale weights."""
     from edgekit.models.sam2_edge.card import (
         DEFAULT_RECIPE,
-        STAGE3_RECIPE,
+        STAGE4_RECIPE,
         SAM2EdgeCard,
         packaged_weights,
     )
 
     card = SAM2EdgeCard()
     recipe = card.train_config()
-    assert recipe == DEFAULT_RECIPE and recipe.init == STAGE3_RECIPE
-    assert recipe.init.init.init == TrainConfig()  # four stages, the first from scratch
+    assert recipe == DEFAULT_RECIPE and recipe.init == STAGE4_RECIPE
+    assert recipe.init.init.init.init == TrainConfig()  # five stages, the first from scratch
     for stage in (recipe, recipe.init):  # the last two stages ship: options of the last
         path = packaged_weights(stage)  # stage need only the stage before's weights
         assert path.is_file(), f"no packaged weights for the default recipe at {path}"
     result = card.train()
     assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
-    assert parameter_count(net) == parameter_count(EdgeSAM2())
-    assert SAM2EdgeCard(steps=10).train_config().init == STAGE3_RECIPE  # options: last stage
+    assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
+    assert SAM2EdgeCard(steps=10).train_config().init == STAGE4_RECIPE  # options: last stage
 
 
 def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) -> None:
