@@ -17,7 +17,7 @@ from edgekit.lens import (
     grid_neighbours,
     paper_grid,
 )
-from edgekit.visit import visit_from_logits, visit_scores
+from edgekit.visit import fused_prediction, visit_from_logits, visit_scores
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +93,32 @@ def test_k27_picks_visit_argmax_ties_to_lower_index(session, scene) -> None:
     tied = np.zeros(27)
     tied[[4, 11, 20]] = 0.9
     assert replay.decide_from_scores(tied)[0] == 4
+
+
+def test_fused_prediction_is_a_visit_weighted_vote() -> None:
+    preds = np.array([[3, 1, 1, 0], [2, 2, 0, 0]])
+    scores = np.array([[0.9, 0.5, 0.5, 0.2], [0.3, 0.3, 0.3, 0.3]])
+    assert fused_prediction(preds, scores).tolist() == [1, 0]  # 1.0 > 0.9; 0.6 ties: lower
+    mask = np.array([[True, True, False, True], [True, True, True, True]])
+    assert fused_prediction(preds, scores, mask).tolist() == [3, 0]  # 0.9 > 0.5 > 0.2
+    with pytest.raises(ValueError, match="one shape"):
+        fused_prediction(preds, scores[:, :3])
+
+
+def test_fuse_decision_votes_over_the_same_captures(session, scene) -> None:
+    from edgekit.errors import InputError
+
+    select = LensController(session, sim(scene), budget_k=27).decide()
+    fuse = LensController(session, sim(scene), budget_k=27, decision="fuse").decide()
+    assert fuse.decision == "fuse" and fuse.to_json()["decision"] == "fuse"
+    assert fuse.chosen_index == select.chosen_index  # the kept capture is still VisiT's best
+    np.testing.assert_allclose(fuse.scores, select.scores)
+    cam = sim(scene)
+    frames = np.stack([cam.capture(s).image for s in paper_grid()])
+    scores, logits = visit_scores(session, frames, return_logits=True)
+    assert fuse.pred == int(fused_prediction(logits.argmax(1), scores))
+    with pytest.raises(InputError, match="unknown decision 'vote'"):
+        LensController(session, sim(scene), decision="vote")
 
 
 @pytest.mark.parametrize("k", [1, 3, 6, 9])
@@ -206,6 +232,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     expected |= {"lens K=27"}
     expected |= {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
     expected |= {f"lens K={k} selected" for k in (3, 6, 9)}
+    fused = {"lens K=27 fused"} | {f"lens K={k} selected fused" for k in (3, 6, 9)}
+    expected |= fused
     expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
         "margin", "entropy")}  # fmt: skip
     assert set(methods) == expected
@@ -214,7 +242,7 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     variants = {
         f"lens K={k} {DEFAULT_STRATEGY} [{v}]" for k in (3, 6, 9) for v in ("entropy", "margin")
     }
-    assert set(calibration) == strategies | variants
+    assert set(calibration) == strategies | variants | fused
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
     assert all(0.0 <= a <= 1.0 for a in acc.values())
     assert acc["oracle"] >= acc["lens K=27"] >= 0.0
@@ -237,6 +265,11 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     assert visit_table(report).row_count == 1
     claims = {c["claim"] for c in lens_checks(report)}
     assert "lens K=6 selected > best-fixed beyond noise" in claims
+    assert {
+        "lens K=27 fused > best-fixed beyond noise",
+        "lens K=27 fused > lens K=27 beyond noise",
+        "lens K=6 selected fused > lens K=6 selected beyond noise",
+    } <= claims
     assert {  # every metering mode's auto-exposure is a baseline of its own
         f"{a} > ae {m} beyond noise"
         for a in ("best-fixed", "lens K=6 selected")

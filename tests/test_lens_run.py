@@ -26,6 +26,11 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
         assert row["total_s"] >= row["capture_latency_s"] > 0
     strip = log.with_suffix(".png")
     assert strip.read_bytes()[:4] == b"\x89PNG"
+    assert {row["decision"] for row in lines} == {"select"}
+    fused = run_lens("sim:seed=4", "photo-cnn", 6, 2, tmp_path / "f.jsonl", decision="fuse")
+    assert [row["decision"] for row in fused] == ["fuse", "fuse"]
+    with pytest.raises(InputError, match="unknown decision 'vote'; expected one of select, fuse"):
+        run_lens("sim", "photo-cnn", frames=1, log=tmp_path / "v.jsonl", decision="vote")
 
 
 def test_a_camera_without_controls_is_a_clear_error(tmp_path: Path) -> None:
@@ -76,8 +81,10 @@ def test_run_refuses_the_other_pipelines_options() -> None:
     result = CliRunner().invoke(app, ["run", "lens", "--out", "x", "--box", "1,1,4,4"])
     assert result.exit_code == 2
     assert "--out, --box are not options of the lens pipeline" in result.output
-    assert "its options: --log, --k, --variant, --latency-budget" in result.output
+    assert "its options: --log, --k, --variant, --latency-budget, --decision" in result.output
     result = CliRunner().invoke(app, ["run", "sam2-stream", "--k", "3"])
     assert result.exit_code == 2 and "--k is not an option of the sam2-stream" in result.output
+    result = CliRunner().invoke(app, ["run", "sam2-stream", "--decision", "fuse"])
+    assert result.exit_code == 2 and "--decision is not an option" in result.output
     result = CliRunner().invoke(app, ["run", "nope"])
     assert result.exit_code == 2 and "unknown pipeline 'nope'" in result.output

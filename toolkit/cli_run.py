@@ -47,6 +47,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         latency_budget: Annotated[
             float | None, typer.Option(help="seconds per decision, shutter times included")
         ] = None,
+        decision: Annotated[
+            str,
+            typer.Option(
+                help="lens: select (the paper's: the best-VisiT capture's label) | fuse "
+                "(VisiT-weighted vote of the K captures)"
+            ),
+        ] = "select",
         out: Annotated[
             Path | None,
             typer.Option(
@@ -70,9 +77,12 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         given = {"--log": log is not None, "--out": out is not None, "--runtime": bool(runtime)}
         given |= {"--point": bool(point), "--negative": bool(negative), "--box": bool(box)}
         given |= {"--k": k != 6, "--variant": variant != "top1"}
-        given |= {"--latency-budget": latency_budget is not None}
+        given |= {
+            "--latency-budget": latency_budget is not None,
+            "--decision": decision != "select",
+        }
         foreign = {"lens": ("--out", "--runtime", "--point", "--negative", "--box")}
-        foreign["sam2-stream"] = ("--log", "--k", "--variant", "--latency-budget")
+        foreign["sam2-stream"] = ("--log", "--k", "--variant", "--latency-budget", "--decision")
         wrong = [name for name in foreign.get(pipeline, ()) if given[name]]
         if wrong:
             raise InputError(
@@ -104,5 +114,8 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         from edgekit.lens_run import run_lens
 
         log = log or Path("out/lens-run.jsonl")
-        decisions = run_lens(camera, model or "photo-cnn", k, frames, log, variant, latency_budget)
+        decisions = run_lens(
+            camera, model or "photo-cnn", k, frames, log, variant, latency_budget,
+            decision=decision,
+        )  # fmt: skip
         console().print(f"{len(decisions)} decisions logged to {log}")

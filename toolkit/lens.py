@@ -40,6 +40,10 @@ PAPER_SHUTTER_S = (1 / 4, 1 / 60, 1 / 1000)
 PAPER_APERTURE_F = (5.0, 9.0, 16.0)
 AXES = ("iso", "shutter_s", "aperture_f")
 STRATEGIES = ("ev-sweep", "metered", "two-stage")
+# How a decision labels the scene: "select" (the paper's Lens: the prediction of the capture with
+# the best VisiT) or "fuse" (a VisiT-weighted vote of all K captures' predictions; the best
+# capture is still the one kept for temporal reuse). Not in the paper; see the README's Lens rows.
+DECISIONS = ("select", "fuse")
 DEFAULT_STRATEGY = "metered"  # best on the calibration scenes at K = 3, 6, 9 (all 3 bundles)
 EV_LEVEL_TOL = 0.5  # stops; fixed a priori: settings this close in EV count as one EV level
 
@@ -156,6 +160,7 @@ class Decision:
     chosen_index: int
     pred: int
     label: str | None = None
+    decision: str = "select"
     scores: np.ndarray = field(default_factory=lambda: np.zeros(0))
     image: np.ndarray | None = None
     over_budget: bool = False
@@ -173,6 +178,7 @@ class Decision:
             "chosen_index": self.chosen_index,
             "pred": self.pred,
             "label": self.label,
+            "decision": self.decision,
             "over_budget": self.over_budget,
         }
 
@@ -183,7 +189,8 @@ class LensController:
     ``runner``: a classifier session (VisiT scorer); ``camera``: any Camera; ``grid``: candidate
     settings (default ``paper_grid()``); ``variant``: VisiT variant; ``latency_budget_s``: per
     decision cap on shutter + readout + inference (None = no cap); ``labels``: class names;
-    ``strategy``: candidate selection, one of ``STRATEGIES``.
+    ``strategy``: candidate selection, one of ``STRATEGIES``; ``decision``: how the label is
+    read from the captures, one of ``DECISIONS``.
     """
 
     def __init__(
@@ -197,10 +204,14 @@ class LensController:
         labels: list[str] | None = None,
         readout_s: float = 0.0,
         strategy: str = DEFAULT_STRATEGY,
+        decision: str = "select",
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy '{strategy}'; expected one of {STRATEGIES}")
+        if decision not in DECISIONS:
+            raise InputError(f"unknown decision '{decision}'; expected one of {DECISIONS}")
         self.strategy = strategy
+        self.decision = decision
         self.runner = runner
         self.camera = camera
         self.grid = list(grid) if grid is not None else paper_grid()
@@ -301,14 +312,15 @@ class LensController:
 
     # ---- the loop ------------------------------------------------------------------------
     def decide(self, scene_frame: np.ndarray | None = None) -> Decision:
-        """Capture the planned candidates, score them with VisiT in one batch, keep the best.
+        """Capture the planned candidates, score them with VisiT in one batch, keep the best
+        (its prediction, or with ``decision="fuse"`` the VisiT-weighted vote of all captures).
 
         ``scene_frame`` (H, W, 3) uint8, when given, is set as the scene on cameras with
         ``set_scene`` (the simulator). VisiT scores the ``classifier_view`` of each capture. A
         camera that disconnects mid-decision leaves the last good setting in place and raises
         CameraDisconnected naming it.
         """
-        from edgekit.visit import best_index, visit_scores
+        from edgekit.visit import best_index, fused_prediction, visit_scores
 
         if scene_frame is not None and hasattr(self.camera, "set_scene"):
             self.camera.set_scene(scene_frame)
@@ -348,6 +360,8 @@ class LensController:
         chosen = candidates[best]
         self.commit(chosen)
         pred = int(np.argmax(logits[best]))
+        if self.decision == "fuse":
+            pred = int(fused_prediction(logits.argmax(1), scores))
         return Decision(
             settings=frames[best].settings,
             score=float(scores[best]),
@@ -359,6 +373,7 @@ class LensController:
             chosen_index=chosen,
             pred=pred,
             label=self.labels[pred] if self.labels and pred < len(self.labels) else None,
+            decision=self.decision,
             scores=scores,
             image=classifier_view(frames[best]),
             over_budget=self.latency_budget_s is not None

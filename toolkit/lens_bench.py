@@ -52,7 +52,7 @@ from edgekit.lens_captures import (
     scene_crops,
 )
 from edgekit.lens_diagnostics import visit_diagnostics
-from edgekit.visit import VARIANTS
+from edgekit.visit import VARIANTS, fused_prediction
 
 # (model, target[, recipe]): each classifier as trained by default (exposure-augmented) and by
 # the "sensor-aware" recipe (extreme captures with information-weighted soft targets)
@@ -175,9 +175,11 @@ def replay_lens(
     """Lens with budget ``k`` streamed over each environment's scenes: scores/latency (E, S, 27),
     ``meter_ev`` (E, S) the metered EV ("metered" strategy).
 
-    Returns chosen grid index (E, S), captures per decision (E, S), capture latency (E, S) s."""
-    e, s, _ = scores.shape
+    Returns chosen grid index (E, S), captures per decision (E, S), capture latency (E, S) s
+    and which settings were captured (E, S, 27) bool."""
+    e, s, n = scores.shape
     chosen, count, cap = np.zeros((e, s), int), np.zeros((e, s), int), np.zeros((e, s))
+    taken = np.zeros((e, s, n), bool)
     for ei in range(e):
         strategy = strategy or DEFAULT_STRATEGY
         controller = LensController(None, None, budget_k=k, strategy=strategy)  # type: ignore[arg-type]
@@ -185,7 +187,8 @@ def replay_lens(
             ev = None if meter_ev is None else float(meter_ev[ei, si])
             chosen[ei, si], candidates = controller.decide_from_scores(scores[ei, si], meter_ev=ev)
             count[ei, si], cap[ei, si] = len(candidates), latency[ei, si, candidates].sum()
-    return chosen, count, cap
+            taken[ei, si, candidates] = True
+    return chosen, count, cap, taken
 
 
 def lens_method(k: int, strategy: str | None = None, variant: str | None = None) -> str:
@@ -281,7 +284,7 @@ def evaluate_seed(
     check_k = max([k for k in ks if k <= 6], default=None)
     for k, strategy, variant in lens_rows(ks, check_k):
         scores = test["grid_score" if variant is None else f"grid_score_{variant}"]
-        chosen, count, cap = replay_lens(
+        chosen, count, cap, _ = replay_lens(
             scores, caps["grid_latency"], k, strategy, caps.get("meter_ev")
         )
         visit_s = visit_time(times, k, strategy)
@@ -296,7 +299,7 @@ def evaluate_seed(
     if calib_caps is not None:
         for k in ks:
             for strategy in STRATEGIES:
-                chosen, _, _ = replay_lens(
+                chosen, *_ = replay_lens(
                     calib["grid_score"], calib_caps["grid_latency"], k, strategy,
                     calib_caps.get("meter_ev"),
                 )  # fmt: skip
@@ -304,7 +307,7 @@ def evaluate_seed(
                     calib_correct, chosen.reshape(-1)
                 )
             for variant in (v for v in VARIANTS if v != "top1"):  # VisiT variants, same logits
-                chosen, _, _ = replay_lens(
+                chosen, *_ = replay_lens(
                     calib[f"grid_score_{variant}"], calib_caps["grid_latency"], k,
                     DEFAULT_STRATEGY, calib_caps.get("meter_ev"),
                 )  # fmt: skip
@@ -314,6 +317,28 @@ def evaluate_seed(
     for k in (k for k in ks if k < correct.shape[2] and calibration):
         best = selected_strategy(calibration, k)
         methods[selected_method(k)] = {**methods[lens_method(k, best)], "strategy": best}
+    fused_rows = [(27, None)] + [
+        (k, selected_strategy(calibration, k)) for k in ks if k < correct.shape[2] and calibration
+    ]
+    for k, strategy in fused_rows:  # the decision="fuse" rows, on the same candidates
+        name = f"{lens_method(k) if strategy is None else selected_method(k)} fused"
+        _, _, _, taken = replay_lens(
+            test["grid_score"], caps["grid_latency"], k, strategy, caps.get("meter_ev")
+        )
+        hit = fused_prediction(test["grid_pred"], test["grid_score"], taken) == labels[None]
+        row = methods[lens_method(k) if strategy is None else selected_method(k)]
+        methods[name] = {
+            **row,
+            "accuracy": float(hit.mean()),
+            "by_env": [float(hit[e].mean()) for e in range(env_count)],
+        }
+        if calib_caps is not None:
+            _, _, _, taken = replay_lens(
+                calib["grid_score"], calib_caps["grid_latency"], k, strategy,
+                calib_caps.get("meter_ev"),
+            )  # fmt: skip
+            fused = fused_prediction(calib["grid_pred"], calib["grid_score"], taken)
+            calibration[name] = float(np.mean(fused == calib_labels[None]))
     methods["oracle"] = {
         "accuracy": oracle_accuracy(flat),
         "by_env": [oracle_accuracy(correct[e]) for e in range(env_count)],

@@ -79,6 +79,7 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
     accuracy minus X's ("ae": the camera's auto-exposure with its first metering mode, the
     primary baseline; "naive": a random grid setting); a small-K row "keeps
     >= 90 % of the K=27 gain" when its gain is >= 0.9 x the K=27 gain and that gain is > 0.
+    The "fused" rows (decision="fuse") are compared with best-fixed and with their select rows.
     """
     checks = []
     for model, entry in report["models"].items():
@@ -92,6 +93,10 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
         # the auto-exposure shots of the camera's other metering modes ("ae center-weighted")
         for other in [m for m in runs[0]["methods"] if m.startswith("ae ")]:
             pairs += [("best-fixed", other)] + ([(headline, other)] if headline else [])
+        # decision="fuse" (not the paper's Lens): the same candidates, a VisiT-weighted vote
+        for fused in (f"{m} fused" for m in ("lens K=27", headline) if m is not None):
+            if fused in runs[0]["methods"]:
+                pairs += [(fused, "best-fixed"), (fused, fused[: -len(" fused")])]
         for a, b in pairs:
             mean, std = _paired(runs, a, b)
             checks.append(

@@ -36,18 +36,22 @@ def run_lens(
     variant: str = "top1",
     latency_budget_s: float | None = None,
     strip: str | os.PathLike[str] | None = None,
+    decision: str = "select",
 ) -> list[dict[str, Any]]:
     """Run Lens for ``frames`` decisions on ``camera_spec`` (``sim``, ``v4l2:/dev/video0``, ...).
 
     Each decision (settings, VisiT score, captures, latency, prediction) is appended to ``log``
     as one JSON line; the chosen captures are written side by side to ``strip`` (default: the
-    log's path with ``.png``). The camera's own grid comes from its capabilities (the paper's
-    grid when it offers the paper's ranges). Returns the decisions as dicts.
+    log's path with ``.png``). ``decision``: "select" or "fuse" (lens.DECISIONS). The camera's
+    own grid comes from its capabilities (the paper's grid when it offers the paper's ranges).
+    Returns the decisions as dicts.
     """
     from edgekit.devices.camera import open_camera
     from edgekit.errors import InputError
-    from edgekit.lens import LensController, grid_from_capabilities, paper_grid
+    from edgekit.lens import DECISIONS, LensController, grid_from_capabilities, paper_grid
 
+    if decision not in DECISIONS:
+        raise InputError(f"unknown decision '{decision}'; expected one of {', '.join(DECISIONS)}")
     session, labels = _session_and_labels(bundle_or_model)
     camera = open_camera(camera_spec)
     caps = camera.capabilities()
@@ -61,7 +65,9 @@ def run_lens(
         except InputError:
             camera.close()
             raise
-    controller = LensController(session, camera, grid, budget_k, variant, latency_budget_s, labels)
+    controller = LensController(
+        session, camera, grid, budget_k, variant, latency_budget_s, labels, decision=decision
+    )
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     decisions, images = [], []

@@ -114,3 +114,23 @@ def visit_scores(
 def best_index(scores: np.ndarray) -> int:
     """Index of the highest score; ties go to the lower index (``np.argmax`` semantics)."""
     return int(np.argmax(np.asarray(scores)))
+
+
+def fused_prediction(
+    preds: np.ndarray, scores: np.ndarray, mask: np.ndarray | None = None
+) -> np.ndarray:
+    """VisiT-weighted vote over candidate captures: each capture votes for its predicted class
+    with its VisiT score, the class with the most weight wins (ties: the lower class index).
+
+    ``preds`` (..., N) int predicted classes, ``scores`` (..., N) VisiT scores, ``mask``
+    (..., N) bool, the captures that take part (default: all). Returns (...) int classes."""
+    preds, scores = np.asarray(preds), np.asarray(scores, dtype=np.float64)
+    if preds.shape != scores.shape:
+        raise ValueError(f"preds {preds.shape} and scores {scores.shape} must have one shape")
+    weights = scores if mask is None else np.where(mask, scores, 0.0)
+    classes = int(preds.max()) + 1 if preds.size else 1
+    flat_preds = preds.reshape(-1, preds.shape[-1])
+    flat_votes = np.zeros((flat_preds.shape[0], classes))
+    rows = np.repeat(np.arange(flat_preds.shape[0]), flat_preds.shape[1])
+    np.add.at(flat_votes, (rows, flat_preds.reshape(-1)), weights.reshape(-1))
+    return flat_votes.argmax(-1).reshape(preds.shape[:-1])
