@@ -119,3 +119,22 @@ def test_export_verify_selftest(model: str, target: str, tmp_path: Path) -> None
         reloaded = verify_bundle(str(bundle.path), card=card)
         assert reloaded.passed
         assert reloaded.task["candidate"][card.primary_metric] > 0
+    if model == "sam2-edge" and target.endswith("int8"):
+        _assert_prompt_encoder_float(bundle.path)
+
+
+def _assert_prompt_encoder_float(path: Path) -> None:
+    """sam2-edge's int8_float_nodes: no prompt-encoder MatMul / Conv reads a dequantized tensor
+    (scalar constants shared with quantized ops may still be stored as int8)."""
+    import onnx
+
+    nodes = onnx.load(str(next(path.glob("graphs/mask_decoder*.onnx")))).graph.node
+    dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+    prompt_ops = [
+        n
+        for n in nodes
+        if n.name.startswith("/prompt_encoder/") and n.op_type in ("MatMul", "Gemm", "Conv")
+    ]
+    assert any(n.name == "/prompt_encoder/pe/MatMul" for n in prompt_ops)
+    assert not [n.name for n in prompt_ops if set(n.input) & dequantized]
+    assert any(set(n.input) & dequantized for n in nodes), "the rest is quantized"
