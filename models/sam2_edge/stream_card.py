@@ -76,7 +76,7 @@ class StreamingSAM2Card(ModelCard):
 
     task: ClassVar[str] = "video-object-segmentation"
     primary_metric: ClassVar[str | None] = "J&F"
-    # rollout parity (edgekit.sam2_rollout.rollout_parity) over PARITY_CLIPS held-out clips:
+    # rollout parity (edgekit.sam2_rollout.rollout_parity) over parity_clips held-out clips:
     # the exported graph set tracks every object the way torch does, frame after frame
     agreement_floors: ClassVar[dict[str, float]] = {"rollout_mean_iou": 0.9}
     #: how many held-out clips rollout parity tracks (None: all of them)
@@ -217,8 +217,8 @@ class StreamingSAM2Card(ModelCard):
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
     ) -> dict[str, float]:
-        """Rollout parity over the first ``parity_clips`` held-out clips (every object prompted by its
-        frame-0 mask, then tracked): mean and minimum per-frame mask IoU of candidate vs
+        """Rollout parity over the first ``parity_clips`` held-out clips (every object prompted
+        by its frame-0 mask, then tracked): mean and minimum per-frame mask IoU of candidate vs
         reference, and the largest low-res logit drift."""
         from edgekit.sam2_rollout import rollout_parity
 
