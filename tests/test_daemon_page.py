@@ -44,11 +44,18 @@ def test_page_renders_frame_and_results(tmp_path):
         )
         width = driver.execute_script("return document.getElementById('frame').naturalWidth")
         assert width >= 384
-        wait.until(lambda d: len(d.find_elements("css selector", "pre.pipeline")) == 2)
-        wait.until(lambda d: "label" in d.find_element("css selector", "pre.pipeline").text)
-        texts = [e.text for e in driver.find_elements("css selector", "pre.pipeline")]
+        # The page re-renders its result blocks on every poll, so element handles go stale
+        # between a find and a read: read the texts in one script call instead.
+        read_texts = (
+            "return Array.from(document.querySelectorAll('pre.pipeline'), e => e.textContent);"
+        )
+        wait.until(
+            lambda d: len(t := d.execute_script(read_texts)) == 2 and any("label" in x for x in t)
+        )
+        texts = driver.execute_script(read_texts)
         assert any(t.startswith("lens") and "VisiT" not in t and "setting" in t for t in texts)
-        assert driver.find_element("id", "status").text.startswith(("ok", "degraded"))
+        status = driver.execute_script("return document.getElementById('status').textContent")
+        assert status.startswith(("ok", "degraded"))
         driver.save_screenshot(str(tmp_path / "page.png"))
         assert (tmp_path / "page.png").stat().st_size > 5000
     finally:
