@@ -35,8 +35,31 @@ def get_runtime(name: str) -> Runtime:
         raise InputError(f"unknown runtime '{name}'; known runtimes: {', '.join(RUNTIMES)}")
     if name not in _CACHE:
         module_name, _, attr = RUNTIMES[name].partition(":")
-        _CACHE[name] = getattr(importlib.import_module(module_name), attr)()
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").partition(".")[0]
+            if not missing or missing == "edgekit":
+                raise
+            raise MissingDependencyError(
+                f"The {name} runtime", missing, detail=f"({type(exc).__name__}: {exc})"
+            ) from exc
+        _CACHE[name] = getattr(module, attr)()
     return _CACHE[name]
+
+
+def parse_runtime_spec(spec: str) -> tuple[str, str | None]:
+    """Split a ``RUNTIME[@DEVICE]`` spec: "onnxruntime@cuda" -> ("onnxruntime", "cuda"),
+    "openvino" -> ("openvino", None). InputError for an unknown runtime or an empty device."""
+    name, at, device = spec.strip().partition("@")
+    if name not in RUNTIMES:
+        raise InputError(
+            f"unknown runtime '{name}' in '{spec}'; expected RUNTIME[@DEVICE] with RUNTIME one of "
+            f"{', '.join(RUNTIMES)} (e.g. onnxruntime@cuda)"
+        )
+    if at and not device:
+        raise InputError(f"'{spec}' names no device after '@' (e.g. onnxruntime@cuda)")
+    return name, device or None
 
 
 def available_runtimes() -> dict[str, str | None]:
@@ -59,4 +82,5 @@ __all__ = [
     "Session",
     "available_runtimes",
     "get_runtime",
+    "parse_runtime_spec",
 ]

@@ -7,6 +7,7 @@ device's default), ``graph_optimization_level`` ("disable" | "basic" | "extended
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,29 @@ def session_options(options: RuntimeOptions) -> ort.SessionOptions:
     return so
 
 
+def preload_gpu_libraries() -> None:
+    """Load the CUDA/cuDNN libraries that pip's nvidia-* wheels (or torch) ship, where the
+    onnxruntime-gpu build offers ``preload_dlls`` (>= 1.21); without it, the system's
+    library path must hold them."""
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        # A library that fails to load shows up as check_provider_attached's error.
+        with contextlib.suppress(OSError, RuntimeError):
+            preload()
+
+
+def check_provider_attached(device: str, asked: list[str], attached: list[str]) -> None:
+    """DeviceUnavailableError when ONNX Runtime fell back from the device's provider (its
+    first choice, ``asked[0]``) to a later one: it does that with only a logged warning when
+    e.g. the CUDA libraries fail to load, and a CPU run must never be reported as a GPU one."""
+    if device != "cpu" and asked and asked[0] not in attached:
+        raise DeviceUnavailableError(
+            f"onnxruntime could not attach {asked[0]} for device '{device}' (the session got "
+            f"{', '.join(attached) or 'no provider'}); check that the CUDA/cuDNN (or TensorRT) "
+            "libraries the onnxruntime-gpu build needs are installed and on the library path"
+        )
+
+
 class OnnxSession(Session):
     """An ``ort.InferenceSession`` behind the edgekit contract; outputs keyed by graph name."""
 
@@ -152,12 +176,15 @@ class OnnxRuntime(Runtime):
         path = Path(path)
         if not path.is_file():
             raise BundleError(f"no ONNX model at {path} (expected an .onnx file)")
+        if device in ("cuda", "tensorrt"):
+            preload_gpu_libraries()
         try:
             session = ort.InferenceSession(
                 str(path), sess_options=session_options(options), providers=list(providers)
             )
         except _LOAD_ERRORS as exc:
             raise BundleError(f"onnxruntime cannot load {path}: {exc}") from exc
+        check_provider_attached(device, list(providers), session.get_providers())
         return OnnxSession(session, device)
 
     def versions(self) -> dict[str, str]:

@@ -189,13 +189,12 @@ class TorchRuntime(Runtime):
 
         ``module.forward`` takes one tensor per input spec, positionally in spec order, and
         returns a tensor, a tuple/list of tensors in output order, or a dict of tensors.
-        The module is put in eval mode and, for a non-CPU device, moved there.
+        The module is put in eval mode and moved to ``device``.
         """
         TorchRuntime()._check_device(device)
         options = options or RuntimeOptions()
-        module = module.eval()
-        if device != "cpu":
-            module = module.to(device)
+        # Always .to(device): a module an earlier session moved to a GPU comes back to the CPU.
+        module = module.eval().to(device)
         return TorchSession(module, list(inputs), list(outputs), device, options.threads)
 
     def versions(self) -> dict[str, str]:

@@ -161,6 +161,46 @@ def test_expand_targets(mlp_bundle: Path) -> None:
         expand_targets(["definitely-not-a-model"])
 
 
+def test_runtime_device_specs_put_cpu_and_gpu_rows_in_one_table(mlp_bundle: Path) -> None:
+    from edgekit.runtimes import parse_runtime_spec
+
+    assert parse_runtime_spec("onnxruntime@cuda") == ("onnxruntime", "cuda")
+    assert parse_runtime_spec("openvino") == ("openvino", None)
+    with pytest.raises(InputError, match="RUNTIME\\[@DEVICE\\]"):
+        parse_runtime_spec("onnx@cuda")
+    with pytest.raises(InputError, match="no device after '@'"):
+        parse_runtime_spec("onnxruntime@")
+
+    targets = expand_targets([str(mlp_bundle)], ["onnxruntime@cpu", "onnxruntime@cuda"])
+    assert [(t.runtime, t.device) for t in targets] == [
+        ("onnxruntime", "cpu"),
+        ("onnxruntime", "cuda"),
+    ]
+    assert targets[1].describe().endswith("on onnxruntime@cuda")
+    report = bench_many(targets, FEW, progress=False, isolate=False)
+    cpu, gpu = report["results"]
+    _check_row(cpu, batch=1, iterations=15)
+    assert cpu["device"] == "cpu" and gpu["device"] == "cuda"
+    import onnxruntime as ort
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():  # a GPU build: a real row
+        assert gpu["status"] == "ok", gpu["error"]
+    else:  # a CPU build: one clear error naming the device and what is available
+        assert gpu["status"] == "failed" and "DeviceUnavailableError" in gpu["error"]
+        assert "'cuda' is not available here" in gpu["error"] and "cpu" in gpu["error"]
+
+
+def test_a_provider_fallback_is_an_error_not_a_cpu_row() -> None:
+    from edgekit.errors import DeviceUnavailableError
+    from edgekit.runtimes.onnxruntime import check_provider_attached
+
+    asked = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    check_provider_attached("cuda", asked, asked)
+    check_provider_attached("cpu", ["CPUExecutionProvider"], ["CPUExecutionProvider"])
+    with pytest.raises(DeviceUnavailableError, match="could not attach CUDAExecutionProvider"):
+        check_provider_attached("cuda", asked, ["CPUExecutionProvider"])
+
+
 def test_torch_eager_row_of_a_registered_card(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
@@ -189,6 +229,8 @@ def test_torch_eager_row_of_a_registered_card(monkeypatch: pytest.MonkeyPatch) -
         "bench-test-tiny", BenchConfig(warmup=1, iterations=5, batch=3), isolate=False
     )
     assert row["status"] == "ok", row["error"]
+    cpu_spec = expand_targets(["bench-test-tiny"], ["torch@cpu", "onnxruntime@cuda"])
+    assert [(t.card, t.device) for t in cpu_spec] == [("bench-test-tiny", "cpu")]
     assert row["runtime"] == "torch" and row["target"] == "torch-eager-fp32"
     assert row["inputs"]["x"]["shape"] == [3, 8] and row["size_mb"] == pytest.approx(36 * 4 / 1e6)
 

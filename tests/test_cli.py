@@ -38,6 +38,17 @@ def test_models_lists_the_registry() -> None:
     assert "minilm" in out.stdout and "photo-cnn" in out.stdout
 
 
+def test_runtimes_names_what_to_install_verbatim() -> None:
+    out = edgekit("runtimes")
+    assert out.returncode == 0, out.stderr
+    assert "onnxruntime" in out.stdout and "cpu" in out.stdout
+    text = " ".join(out.stdout.split())
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:  # the hint keeps its brackets (rich markup must not eat "[gpu]")
+        assert "edgekit[gpu]" in text.replace("│ ", "").replace(" │", ""), out.stdout
+
+
 @pytest.fixture(scope="module")
 def user_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cli") / "user-onnx"

@@ -262,6 +262,23 @@ def test_tensorrt_missing_is_one_clear_error() -> None:
     assert available_runtimes()["tensorrt"] == str(info.value)
 
 
+def test_a_backend_whose_sdk_is_missing_is_one_clear_error(monkeypatch) -> None:
+    import sys
+
+    from edgekit import runtimes
+
+    # A machine without OpenVINO (e.g. a GPU box with only onnxruntime-gpu): its SDK's import
+    # fails, and every other runtime still lists.
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    monkeypatch.delitem(sys.modules, "edgekit.runtimes.openvino", raising=False)
+    monkeypatch.setattr(runtimes, "_CACHE", {})
+    with pytest.raises(MissingDependencyError) as info:
+        get_runtime("openvino")
+    assert info.value.package == "openvino" and "pip install openvino" in str(info.value)
+    status = available_runtimes()
+    assert status["openvino"] == str(info.value) and status["onnxruntime"] is None
+
+
 def test_from_module_is_the_eager_reference(model: nn.Module) -> None:
     from edgekit.runtimes.torch import TorchRuntime
 

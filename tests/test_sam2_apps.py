@@ -159,15 +159,15 @@ def test_bench_stream_cli_reports_flat_cost_and_writes_plot(sam2_bundle, tmp_pat
     out = tmp_path / "bench"
     result = CliRunner().invoke(
         app,
-        ["bench-stream", str(sam2_bundle), "--runtime", "onnxruntime", "--frames", "110",
+        ["bench-stream", str(sam2_bundle), "--runtime", "onnxruntime@cpu", "--frames", "110",
          "--threads", "1", "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads((out / "stream-bench.json").read_text())
     (row,) = report["results"]
-    assert row["runtime"] == "onnxruntime" and row["frames"] == 110
+    assert row["runtime"] == "onnxruntime@cpu" and row["frames"] == 110
     assert row["p50_ms"] > 0 and row["fps"] > 0 and 0.2 < row["late_vs_early"] < 5
-    assert len(report["latency_ms"]["onnx-fp32 / onnxruntime"]) == 110
+    assert len(report["latency_ms"]["onnx-fp32 / onnxruntime@cpu"]) == 110
     assert (out / "stream-bench.png").read_bytes()[:4] == b"\x89PNG"
     too_short = CliRunner().invoke(app, ["bench-stream", str(sam2_bundle), "--frames", "20"])
     assert too_short.exit_code != 0

@@ -64,19 +64,26 @@ class BenchConfig:
 @dataclass
 class BenchTarget:
     """One row: graph ``graph`` of ``bundle`` on ``runtime`` (None = default runtime / first
-    graph), or the eager PyTorch module of registered card ``card``."""
+    graph), or the eager PyTorch module of registered card ``card``. ``device`` (e.g. "cuda")
+    overrides the config's device for this row alone, so CPU and GPU rows share one table."""
 
     bundle: str | None = None
     runtime: str | None = None
     graph: str | None = None
     card: str | None = None
     label: str | None = None
+    device: str | None = None
 
     def describe(self) -> str:
+        on = f"@{self.device}" if self.device else ""
         if self.label or self.card:
-            return self.label or f"{self.card} (torch eager)"
+            return self.label or f"{self.card} (torch eager{on})"
         where = Path(self.bundle or "?").name + (f"/{self.graph}" if self.graph else "")
-        return f"{where} on {self.runtime or 'default runtime'}"
+        return f"{where} on {self.runtime or 'default runtime'}{on}"
+
+    def device_in(self, config: BenchConfig) -> str:
+        """The device this row runs on: its own, else the config's."""
+        return self.device or config.device
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -156,7 +163,7 @@ def _measure_bundle(target: BenchTarget, config: BenchConfig) -> dict[str, Any]:
     opened = clock()
     entry = bundle.graph(target.graph)
     runtime = target.runtime or bundle.default_runtime(entry.name)
-    session = bundle.session(entry.name, runtime, config.device, config.threads)
+    session = bundle.session(entry.name, runtime, target.device_in(config), config.threads)
     loaded = clock()
     feeds = batch_feeds(bundle.golden(entry.name)[0], entry.inputs, config.batch)
     timing = bench_session(session, feeds, config)
@@ -186,7 +193,8 @@ def _measure_eager(target: BenchTarget, config: BenchConfig) -> dict[str, Any]:
     spec = specs[target.graph] if target.graph else next(iter(specs.values()))
     inputs, outputs = spec.io_specs()  # one forward pass, counted as load
     options = RuntimeOptions(config.threads)
-    session = TorchRuntime.from_module(spec.module, inputs, outputs, config.device, options)
+    device = target.device_in(config)
+    session = TorchRuntime.from_module(spec.module, inputs, outputs, device, options)
     loaded = time.perf_counter_ns()
     feeds = batch_feeds(card.golden_inputs()[spec.name], inputs, config.batch)
     timing = bench_session(session, feeds, config)
@@ -205,7 +213,7 @@ def _base_row(target: BenchTarget, config: BenchConfig) -> dict[str, Any]:
     row: dict[str, Any] = {"label": target.describe(), "status": "ok", "error": None}
     row.update(bundle=target.bundle, card=target.card, model=target.card, target=None)
     row.update(graph=target.graph, runtime="torch" if target.card else target.runtime)
-    row.update(device=config.device, threads=config.threads, batch=config.batch)
+    row.update(device=target.device_in(config), threads=config.threads, batch=config.batch)
     try:
         manifest = json.loads((Path(target.bundle or "") / "bundle.json").read_text())
         fmt = manifest["target"]
@@ -280,12 +288,15 @@ def bench_torch_eager(
 
 
 def expand_targets(items: Iterable[str], runtimes: Sequence[str] = ()) -> list[BenchTarget]:
-    """Targets for CLI arguments. A bundle directory gives one target per graph and runtime
-    (given several runtimes, only those that load the graph's format); a registered model name
-    gives its eager PyTorch row. InputError for anything else."""
+    """Targets for CLI arguments. ``runtimes`` are ``RUNTIME[@DEVICE]`` specs
+    ("onnxruntime@cuda"). A bundle directory gives one target per graph and runtime spec (given
+    several, only those whose runtime loads the graph's format); a registered model name gives
+    its eager PyTorch row, one per ``torch@DEVICE`` spec. InputError for anything else."""
     from edgekit.registry import names
-    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, parse_runtime_spec
 
+    specs = [parse_runtime_spec(r) for r in runtimes]
+    torch_devices = [d for r, d in specs if r == "torch" and d] or [None]
     targets: list[BenchTarget] = []
     for item in items:
         manifest = Path(item) / "bundle.json"
@@ -296,10 +307,13 @@ def expand_targets(items: Iterable[str], runtimes: Sequence[str] = ()) -> list[B
                 raise InputError(f"{manifest} is not a readable bundle manifest: {exc}") from exc
             for graph, entry in graphs.items():
                 loads = DEFAULT_RUNTIME_FOR_FORMAT.get(str(entry.get("format")), [])
-                chosen = [r for r in runtimes if len(runtimes) == 1 or r in loads] or [None]
-                targets += [BenchTarget(bundle=str(item), runtime=r, graph=graph) for r in chosen]
+                chosen = [(r, d) for r, d in specs if len(specs) == 1 or r in loads]
+                targets += [
+                    BenchTarget(bundle=str(item), runtime=r, graph=graph, device=d)
+                    for r, d in chosen or [(None, None)]
+                ]
         elif item in names():
-            targets.append(BenchTarget(card=item))
+            targets += [BenchTarget(card=item, device=d) for d in torch_devices]
         else:
             known = ", ".join(names())
             raise InputError(f"'{item}' is neither a bundle directory nor a model ({known})")

@@ -83,6 +83,7 @@ def models_cmd() -> None:
 @handle_errors
 def runtimes_cmd() -> None:
     """List runtime backends, whether they import here, and their devices."""
+    from rich.markup import escape
     from rich.table import Table
 
     from edgekit.runtimes import available_runtimes, get_runtime
@@ -92,7 +93,7 @@ def runtimes_cmd() -> None:
         table.add_column(col)
     for name, problem in available_runtimes().items():
         if problem:
-            table.add_row(name, "[yellow]unavailable[/]", "", problem)
+            table.add_row(name, "[yellow]unavailable[/]", "", escape(problem))
         else:
             rt = get_runtime(name)
             table.add_row(name, "[green]ok[/]", ", ".join(rt.formats), ", ".join(rt.devices()))
@@ -264,7 +265,11 @@ def bench_cmd(
     ],
     runtime: Annotated[
         list[str] | None,
-        typer.Option("--runtime", help="runtime(s) to run each bundle on (repeat)"),
+        typer.Option(
+            "--runtime",
+            help="RUNTIME[@DEVICE] to run each bundle on, e.g. onnxruntime@cuda (repeat: "
+            "one table; torch@cuda moves a model name's eager row)",
+        ),
     ] = None,
     threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
     batch: Annotated[

@@ -18,7 +18,12 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             list[Path] | None, typer.Argument(help="SAM 2 bundle directories (graph sets)")
         ] = None,
         runtime: Annotated[
-            list[str] | None, typer.Option("--runtime", help="runtime(s) (default: all here)")
+            list[str] | None,
+            typer.Option(
+                "--runtime",
+                help="RUNTIME[@DEVICE] per bundle, e.g. onnxruntime@cuda (repeat; default: all "
+                "here on cpu); torch@DEVICE places the --torch rows",
+            ),
         ] = None,
         frames: Annotated[int, typer.Option(help="frames streamed per row")] = 1000,
         threads: Annotated[int, typer.Option(help="intra-op threads")] = 2,

@@ -102,39 +102,46 @@ def bench_streams(
     torch_model: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Rows for every bundle x runtime (default: each bundle's runtimes that run here) and,
-    with ``torch_model`` (a registered SAM 2 card), its torch graphs. Errors become rows."""
+    """Rows for every bundle x ``RUNTIME[@DEVICE]`` spec in ``runtimes`` (default: each bundle's
+    runtimes that run here, on cpu) and, with ``torch_model`` (a registered SAM 2 card), its
+    torch graphs on each ``torch@DEVICE`` spec's device (default cpu). Errors become rows."""
     from edgekit.bundle import Bundle
     from edgekit.demo import get_runtime_formats
     from edgekit.envinfo import environment
     from edgekit.progress import step_progress
-    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, parse_runtime_spec
     from edgekit.sam2_run import bundle_graph_set, bundle_stream_config
 
+    specs = [parse_runtime_spec(r) for r in runtimes]
+    bundle_specs = [(r, d) for r, d in specs if r != "torch"]
     plan: list[tuple[str, str, Callable[[], Mapping[str, Callable]], Any]] = []
     if torch_model:
         from edgekit.registry import get_card
 
         card = get_card(torch_model)
+        for device in [d for r, d in specs if r == "torch"] or [None]:
 
-        def torch_graphs(card: Any = card) -> Mapping[str, Callable]:
-            import torch
+            def torch_graphs(card: Any = card, device: str = device or "cpu") -> Mapping:
+                import torch
 
-            torch.set_num_threads(threads or torch.get_num_threads())
-            return {name: r.run for name, r in card_runners(card).items()}
+                torch.set_num_threads(threads or torch.get_num_threads())
+                return {name: r.run for name, r in card_runners(card, device).items()}
 
-        plan.append((f"{torch_model} (torch)", "torch", torch_graphs, card.stream_config()))
+            label = "torch" + (f"@{device}" if device else "")
+            plan.append((f"{torch_model} (torch)", label, torch_graphs, card.stream_config()))
     for path in bundles:
         bundle = Bundle.load(path)
         config = bundle_stream_config(bundle)
         fmt = bundle.graph("image_encoder").format
         usable = [r for r in DEFAULT_RUNTIME_FOR_FORMAT[fmt] if fmt in get_runtime_formats(r)]
-        for runtime in runtimes or usable:
+        for runtime, device in bundle_specs or [(r, None) for r in usable]:
             plan.append(
                 (
                     bundle.target,
-                    runtime,
-                    lambda b=bundle, r=runtime: bundle_graph_set(b, runtime=r, threads=threads),
+                    runtime + (f"@{device}" if device else ""),
+                    lambda b=bundle, r=runtime, d=device: bundle_graph_set(
+                        b, runtime=r, device=d, threads=threads
+                    ),
                     config,
                 )
             )
@@ -156,11 +163,11 @@ def bench_streams(
     }
 
 
-def card_runners(card: Any) -> dict[str, Any]:
-    """The card's torch graphs as runners (edgekit.verify.reference_runners)."""
+def card_runners(card: Any, device: str = "cpu") -> dict[str, Any]:
+    """The card's torch graphs as runners on ``device`` (edgekit.verify.reference_runners)."""
     from edgekit.verify import reference_runners
 
-    return reference_runners(card)
+    return reference_runners(card, device)
 
 
 def print_stream_report(report: Mapping[str, Any], console: Any) -> None:

@@ -80,14 +80,15 @@ def budget_for(card: ModelCard, precision: str, budget: float | None = None) -> 
     return DEFAULT_BUDGETS.get(precision, card.int8_budget)
 
 
-def reference_runners(card: ModelCard) -> dict[str, Runner]:
-    """Torch eager sessions of the card's graphs: the reference every artifact is held to."""
+def reference_runners(card: ModelCard, device: str = "cpu") -> dict[str, Runner]:
+    """Torch eager sessions of the card's graphs on ``device``: the reference every artifact
+    is held to (on "cpu"), or the eager rows of a GPU bench (on "cuda")."""
     from edgekit.runtimes.torch import TorchRuntime
 
     runners: dict[str, Runner] = {}
     for graph in card.graphs():
         inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
+        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs, device)
     return runners
 
 
