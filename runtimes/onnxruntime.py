@@ -1,7 +1,8 @@
 """ONNX Runtime backend: ``.onnx`` graphs on CPU, CUDA, TensorRT or OpenVINO execution providers.
 
 ``options.extra`` knobs: ``providers`` (a list passed to InferenceSession as-is, overriding the
-device's default), ``graph_optimization_level`` ("disable" | "basic" | "extended" | "all", or a
+device's default), ``cuda_options`` (CUDA EP provider options over edgekit's, which turn TF32
+off so fp32 stays fp32), ``graph_optimization_level`` ("disable" | "basic" | "extended" | "all", or a
 ``GraphOptimizationLevel``), ``session_config`` (dict for ``add_session_config_entry``).
 """
 
@@ -105,6 +106,24 @@ def session_options(options: RuntimeOptions) -> ort.SessionOptions:
     return so
 
 
+# CUDA EP options edgekit sets: fp32 stays fp32. ONNX Runtime's CUDA EP runs float32 MatMul/Conv
+# in TF32 on Ampere and later by default (10-bit mantissa); an fp32 bundle then misses fp32
+# tensor tolerances on the GPU. Measured on an H200 (onnxruntime-gpu 1.31.1): photo-cnn logits
+# max|d| 7.7e-4 against atol 1e-4 with TF32, 1.4e-6 without; sam2-edge feat_s1 4.7e-3 against
+# 2e-3 with TF32. ``extra["cuda_options"] = {"use_tf32": "1"}`` opts back in.
+CUDA_DEFAULTS: dict[str, str] = {"use_tf32": "0"}
+
+
+def device_providers(device: str, cuda_options: dict[str, Any] | None = None) -> list[Any]:
+    """The providers list for ``device``: names, with the CUDA EP as (name, options) carrying
+    CUDA_DEFAULTS updated by ``cuda_options``."""
+    cuda = {**CUDA_DEFAULTS, **{str(k): str(v) for k, v in (cuda_options or {}).items()}}
+    return [
+        ("CUDAExecutionProvider", cuda) if name == "CUDAExecutionProvider" else name
+        for name in DEVICE_PROVIDERS[device]
+    ]
+
+
 def preload_gpu_libraries() -> None:
     """Load the CUDA/cuDNN libraries that pip's nvidia-* wheels (or torch) ship, where the
     onnxruntime-gpu build offers ``preload_dlls`` (>= 1.21); without it, the system's
@@ -172,7 +191,9 @@ class OnnxRuntime(Runtime):
                 f"onnxruntime device '{device}' is not available here (providers: "
                 f"{', '.join(ort.get_available_providers())}); available: {', '.join(available)}"
             )
-        providers = options.extra.get("providers") or DEVICE_PROVIDERS[device]
+        providers = options.extra.get("providers") or device_providers(
+            device, options.extra.get("cuda_options")
+        )
         path = Path(path)
         if not path.is_file():
             raise BundleError(f"no ONNX model at {path} (expected an .onnx file)")
@@ -184,7 +205,8 @@ class OnnxRuntime(Runtime):
             )
         except _LOAD_ERRORS as exc:
             raise BundleError(f"onnxruntime cannot load {path}: {exc}") from exc
-        check_provider_attached(device, list(providers), session.get_providers())
+        asked = [p if isinstance(p, str) else p[0] for p in providers]
+        check_provider_attached(device, asked, session.get_providers())
         return OnnxSession(session, device)
 
     def versions(self) -> dict[str, str]:

@@ -8,10 +8,10 @@
 #      reference, the task metric measured on the GPU, rollout parity for SAM 2 graph sets;
 #   3. where `import tensorrt` works: `edgekit export MODEL --to tensorrt --precision fp16,int8`
 #      (verified engines), benched below; where it does not, the one error edgekit gives;
-#   4. `edgekit bench`: every graph on onnxruntime@cpu, onnxruntime@cuda and
-#      onnxruntime@tensorrt (the ORT TensorRT EP: a clear failure row without libnvinfer), and
-#      each model's eager torch@cuda row, in one table + PNG;
-#   5. SAM 2 graph sets: `edgekit bench-stream` on onnxruntime@cuda and onnxruntime@cpu and the
+#   4. `edgekit bench` of the single-graph bundles: onnxruntime@cpu and onnxruntime@cuda rows,
+#      the engines, and each model's eager torch@cuda row, in one table + PNG; then ONNX
+#      Runtime's TensorRT execution provider on the first bundle (a row, or why not);
+#   5. SAM 2 graph sets (every bundle with an image_encoder graph): `edgekit bench-stream` on onnxruntime@cuda and onnxruntime@cpu and the
 #      card's torch graphs on torch@cuda: per-frame p50/p90, FPS, late vs early frames.
 # Every step runs even when an earlier one fails; the exit status counts the failed steps.
 #
@@ -54,11 +54,12 @@ step "runtimes" "$EDGEKIT" runtimes
 
 models=()
 sam2=()
+others=()
 for bundle in "$@"; do
     name="$(basename "$bundle")"
     model="$(manifest "$bundle" model)"
     [[ " ${models[*]} " == *" $model "* ]] || models+=("$model")
-    [[ -f "$bundle/bundle.json" ]] && grep -q '"image_encoder"' "$bundle/bundle.json" && sam2+=("$bundle")
+    if grep -q '"image_encoder"' "$bundle/bundle.json"; then sam2+=("$bundle"); else others+=("$bundle"); fi
     step "verify $name on onnxruntime@cuda" "$EDGEKIT" verify "$bundle" --runtime onnxruntime \
         --device cuda --json "$OUT/verify/$name.json"
 done
@@ -77,10 +78,22 @@ else
         --to tensorrt --precision fp16 --no-verify --out "$OUT/tensorrt/probe"
 fi
 
-specs=(--runtime onnxruntime@cpu --runtime onnxruntime@cuda --runtime onnxruntime@tensorrt)
-step "bench" "$EDGEKIT" bench "$@" "${engines[@]}" "${models[@]}" "${specs[@]}" --runtime tensorrt \
-    --runtime torch@cuda --iterations "$ITERATIONS" --threads "$THREADS" \
-    --json "$OUT/bench.json" --plot "$OUT/bench.png"
+# Single graphs (SAM 2 graph sets are timed as a stream below): CPU and GPU rows in one table,
+# the engines, and the eager torch@cuda rows of the models that are not SAM 2.
+eager=()
+for bundle in "${others[@]}"; do
+    model="$(manifest "$bundle" model)"
+    [[ " ${eager[*]} " == *" $model "* ]] || eager+=("$model")
+done
+if [[ ${#others[@]} -gt 0 ]]; then
+    step "bench" "$EDGEKIT" bench "${others[@]}" "${engines[@]}" "${eager[@]}" \
+        --runtime onnxruntime@cpu --runtime onnxruntime@cuda --runtime tensorrt \
+        --runtime torch@cuda --iterations "$ITERATIONS" --threads "$THREADS" \
+        --json "$OUT/bench.json" --plot "$OUT/bench.png"
+fi
+# ONNX Runtime's TensorRT execution provider on one bundle: a row, or the error naming why not.
+step "onnxruntime@tensorrt probe" "$EDGEKIT" bench "${others[0]:-$1}" --runtime onnxruntime@tensorrt \
+    --iterations "$ITERATIONS" --json "$OUT/bench-ort-trt.json"
 
 if [[ ${#sam2[@]} -gt 0 ]]; then
     sam2_model="$(manifest "${sam2[0]}" model)"

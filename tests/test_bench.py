@@ -192,7 +192,13 @@ def test_runtime_device_specs_put_cpu_and_gpu_rows_in_one_table(mlp_bundle: Path
 
 def test_a_provider_fallback_is_an_error_not_a_cpu_row() -> None:
     from edgekit.errors import DeviceUnavailableError
-    from edgekit.runtimes.onnxruntime import check_provider_attached
+    from edgekit.runtimes.onnxruntime import check_provider_attached, device_providers
+
+    cuda, cpu = device_providers("cuda")  # fp32 stays fp32: TF32 off unless asked for
+    assert cuda == ("CUDAExecutionProvider", {"use_tf32": "0"}) and cpu == "CPUExecutionProvider"
+    trt, cuda_opt_in, _ = device_providers("tensorrt", {"use_tf32": 1})
+    assert trt == "TensorrtExecutionProvider" and cuda_opt_in[1] == {"use_tf32": "1"}
+    assert device_providers("cpu") == ["CPUExecutionProvider"]
 
     asked = ["CUDAExecutionProvider", "CPUExecutionProvider"]
     check_provider_attached("cuda", asked, asked)
@@ -233,6 +239,41 @@ def test_torch_eager_row_of_a_registered_card(monkeypatch: pytest.MonkeyPatch) -
     assert [(t.card, t.device) for t in cpu_spec] == [("bench-test-tiny", "cpu")]
     assert row["runtime"] == "torch" and row["target"] == "torch-eager-fp32"
     assert row["inputs"]["x"]["shape"] == [3, 8] and row["size_mb"] == pytest.approx(36 * 4 / 1e6)
+
+
+def test_reference_runners_read_every_spec_before_a_shared_model_moves(monkeypatch) -> None:
+    import torch
+
+    from edgekit.card import GraphSpec, ModelCard
+    from edgekit.runtimes.torch import TorchRuntime
+    from edgekit.verify import reference_runners
+
+    shared = torch.nn.Linear(4, 4)  # two graphs over one model, as SAM 2's graph set
+
+    class Head(torch.nn.Module):
+        def __init__(self, scale: float) -> None:
+            super().__init__()
+            self.body, self.scale = shared, scale
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x) * self.scale
+
+    class SharedCard(ModelCard):
+        name = "bench-test-shared"
+        task = "test"
+
+        def graphs(self) -> list[GraphSpec]:
+            example = {"x": torch.zeros(1, 4)}
+            return [GraphSpec(n, Head(s), example, ["y"]) for n, s in (("a", 1.0), ("b", 2.0))]
+
+    def to_another_device(module, inputs, outputs, device="cpu", options=None):
+        module.to("meta")  # what a session on a GPU does to the model both graphs share
+        return (module, inputs, outputs, device)
+
+    monkeypatch.setattr(TorchRuntime, "from_module", staticmethod(to_another_device))
+    runners = reference_runners(SharedCard(), "cuda")
+    assert set(runners) == {"a", "b"} and all(r[3] == "cuda" for r in runners.values())
+    assert [s.name for s in runners["b"][1]] == ["x"]
 
 
 def test_wrapper_overhead_is_reported(mlp_bundle: Path) -> None:

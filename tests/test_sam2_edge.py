@@ -70,6 +70,19 @@ def test_every_graph_matches_the_contract(model: EdgeSAM2) -> None:
         contract.check_outputs(name, out, dims)
 
 
+def test_every_graph_runs_wherever_its_module_is() -> None:
+    """No forward makes a tensor on the CPU (a GPU run then mixes devices): every graph of a
+    model moved to the data-free "meta" device runs on "meta" inputs."""
+    torch.manual_seed(0)
+    moved = EdgeSAM2(SMALL).eval().to("meta")
+    inputs = example_inputs(moved, num_frames=3, num_ptrs=5, num_points=4)
+    for name, module in graph_modules(moved).items():
+        with torch.no_grad():
+            out = module(*(v.to("meta") for v in inputs[name].values()))
+        outs = (out,) if isinstance(out, torch.Tensor) else out
+        assert all(t.device.type == "meta" for t in outs), name
+
+
 def test_memory_pos_does_not_depend_on_inputs(model: EdgeSAM2) -> None:
     module = graph_modules(model)[contract.MEMORY_ENCODER]
     inputs = example_inputs(model)[contract.MEMORY_ENCODER]

@@ -85,11 +85,14 @@ def reference_runners(card: ModelCard, device: str = "cpu") -> dict[str, Runner]
     is held to (on "cpu"), or the eager rows of a GPU bench (on "cuda")."""
     from edgekit.runtimes.torch import TorchRuntime
 
-    runners: dict[str, Runner] = {}
-    for graph in card.graphs():
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs, device)
-    return runners
+    # Every graph's I/O specs come first (one CPU forward on its example inputs each): graphs
+    # may share one model, which the first session on a GPU moves there.
+    graphs = card.graphs()
+    specs = [graph.io_specs() for graph in graphs]
+    return {
+        graph.name: TorchRuntime.from_module(graph.module, inputs, outputs, device)
+        for graph, (inputs, outputs) in zip(graphs, specs, strict=True)
+    }
 
 
 def verify_runners(

@@ -87,7 +87,8 @@ class PromptEncoder(nn.Module):
         in none) and the inside of the box (soft edges), so the decoder sees where the prompts
         are without having to learn it from positional encodings."""
         b = points.shape[0]
-        onehot = (labels[..., None] == torch.arange(POINT_LABELS)).to(points.dtype)  # (B, N, 4)
+        label_ids = torch.arange(POINT_LABELS, device=labels.device)  # on the prompts' device
+        onehot = (labels[..., None] == label_ids).to(points.dtype)  # (B, N, 4)
         d2 = ((points[:, :, None, :] - self.centres[None, None]) ** 2).sum(-1)  # (B, N, g*g)
         bumps = torch.exp(-d2 / (2 * self.cell**2))
         heat = onehot.transpose(1, 2) @ bumps  # (B, 4, g*g)

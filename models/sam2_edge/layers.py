@@ -161,8 +161,9 @@ class FourierPointEncoding(nn.Module):
 
     def grid(self, height: int, width: int) -> torch.Tensor:
         """Encodings of a (height, width) grid at cell centres -> (1, C, H, W)."""
-        ys = (torch.arange(height, dtype=torch.float32) + 0.5) / height
-        xs = (torch.arange(width, dtype=torch.float32) + 0.5) / width
+        on = {"dtype": torch.float32, "device": self.basis.device}  # the module's device
+        ys = (torch.arange(height, **on) + 0.5) / height
+        xs = (torch.arange(width, **on) + 0.5) / width
         coords = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), dim=-1)  # (H, W, 2) (x, y)
         return self.forward(coords).permute(2, 0, 1)[None]
 
