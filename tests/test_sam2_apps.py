@@ -160,11 +160,12 @@ def test_bench_stream_cli_reports_flat_cost_and_writes_plot(sam2_bundle, tmp_pat
     result = CliRunner().invoke(
         app,
         ["bench-stream", str(sam2_bundle), "--runtime", "onnxruntime@cpu", "--frames", "110",
-         "--threads", "1", "--out", str(out)],
+         "--threads", "1", "--out", str(out), "--torch", "sam2-edge", "--runtime", "torch@cpu"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads((out / "stream-bench.json").read_text())
-    (row,) = report["results"]
+    eager, row = report["results"]  # torch@DEVICE places the --torch rows, the rest the bundles'
+    assert eager["runtime"] == "torch@cpu" and eager["fps"] > 0 and "error" not in eager
     assert row["runtime"] == "onnxruntime@cpu" and row["frames"] == 110
     assert row["p50_ms"] > 0 and row["fps"] > 0 and 0.2 < row["late_vs_early"] < 5
     assert len(report["latency_ms"]["onnx-fp32 / onnxruntime@cpu"]) == 110
