@@ -9,6 +9,7 @@ off so fp32 stays fp32), ``graph_optimization_level`` ("disable" | "basic" | "ex
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +136,23 @@ def preload_gpu_libraries() -> None:
             preload()
 
 
+def tensorrt_libraries_present() -> bool:
+    """Whether TensorRT's runtime library (libnvinfer) loads here. onnxruntime-gpu lists its
+    TensorRT execution provider whether or not TensorRT is installed; measured on an H200
+    without it, a session then falls back to CUDA. NVIDIA's ``tensorrt`` wheels preload it."""
+    import ctypes
+
+    if importlib.util.find_spec("tensorrt_libs") is not None:
+        return True
+    for name in ("libnvinfer.so.10", "libnvinfer.so", "nvinfer_10.dll", "nvinfer.dll"):
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
 def check_provider_attached(device: str, asked: list[str], attached: list[str]) -> None:
     """DeviceUnavailableError when ONNX Runtime fell back from the device's provider (its
     first choice, ``asked[0]``) to a later one: it does that with only a logged warning when
@@ -178,6 +196,8 @@ class OnnxRuntime(Runtime):
 
     def devices(self) -> list[str]:
         available = set(ort.get_available_providers())
+        if "TensorrtExecutionProvider" in available and not tensorrt_libraries_present():
+            available.discard("TensorrtExecutionProvider")  # listed by the build, cannot attach
         return [d for d, providers in DEVICE_PROVIDERS.items() if providers[0] in available]
 
     def load(

@@ -207,6 +207,19 @@ def test_a_provider_fallback_is_an_error_not_a_cpu_row() -> None:
         check_provider_attached("cuda", asked, ["CPUExecutionProvider"])
 
 
+def test_tensorrt_ep_is_a_device_only_where_tensorrt_loads(monkeypatch) -> None:
+    import onnxruntime as ort
+
+    from edgekit.runtimes import onnxruntime as ort_backend
+
+    gpu_build = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    monkeypatch.setattr(ort, "get_available_providers", lambda: gpu_build)
+    monkeypatch.setattr(ort_backend, "tensorrt_libraries_present", lambda: False)
+    assert ort_backend.OnnxRuntime().devices() == ["cpu", "cuda"]
+    monkeypatch.setattr(ort_backend, "tensorrt_libraries_present", lambda: True)
+    assert ort_backend.OnnxRuntime().devices() == ["cpu", "cuda", "tensorrt"]
+
+
 def test_torch_eager_row_of_a_registered_card(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
