@@ -11,8 +11,10 @@
 #   4. `edgekit bench` of the single-graph bundles: onnxruntime@cpu and onnxruntime@cuda rows,
 #      the engines, and each model's eager torch@cuda row, in one table + PNG; then ONNX
 #      Runtime's TensorRT execution provider on the first bundle (a row, or why not);
-#   5. SAM 2 graph sets (every bundle with an image_encoder graph): `edgekit bench-stream` on onnxruntime@cuda and onnxruntime@cpu and the
-#      card's torch graphs on torch@cuda: per-frame p50/p90, FPS, late vs early frames.
+#   5. SAM 2 graph sets (every bundle with an image_encoder graph): `edgekit bench-stream` on
+#      onnxruntime@cuda and onnxruntime@cpu, and the card's torch graphs on torch@cuda:
+#      per-frame p50/p90, FPS, late vs early frames.
+# Measured with it on an NVIDIA H200: README, "On a GPU".
 # Every step runs even when an earlier one fails; the exit status counts the failed steps.
 #
 # Usage: bash scripts/gpu_check.sh BUNDLE...
