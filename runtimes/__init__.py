@@ -62,6 +62,11 @@ def parse_runtime_spec(spec: str) -> tuple[str, str | None]:
     return name, device or None
 
 
+def runtime_spec(name: str, device: str | None = None) -> str:
+    """The ``RUNTIME[@DEVICE]`` text of a row (parse_runtime_spec's inverse)."""
+    return f"{name}@{device}" if device else name
+
+
 def available_runtimes() -> dict[str, str | None]:
     """name -> None when usable here, or the reason it is not (the missing package)."""
     status: dict[str, str | None] = {}
@@ -83,4 +88,5 @@ __all__ = [
     "available_runtimes",
     "get_runtime",
     "parse_runtime_spec",
+    "runtime_spec",
 ]

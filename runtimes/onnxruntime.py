@@ -9,6 +9,7 @@ off so fp32 stays fp32), ``graph_optimization_level`` ("disable" | "basic" | "ex
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -125,10 +126,11 @@ def device_providers(device: str, cuda_options: dict[str, Any] | None = None) ->
     ]
 
 
+@functools.cache
 def preload_gpu_libraries() -> None:
     """Load the CUDA/cuDNN libraries that pip's nvidia-* wheels (or torch) ship, where the
     onnxruntime-gpu build offers ``preload_dlls`` (>= 1.21); without it, the system's
-    library path must hold them."""
+    library path must hold them. Once per process."""
     preload = getattr(ort, "preload_dlls", None)
     if preload is not None:
         # A library that fails to load shows up as check_provider_attached's error.

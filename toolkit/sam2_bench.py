@@ -109,7 +109,7 @@ def bench_streams(
     from edgekit.demo import get_runtime_formats
     from edgekit.envinfo import environment
     from edgekit.progress import step_progress
-    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, parse_runtime_spec
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, parse_runtime_spec, runtime_spec
     from edgekit.sam2_run import bundle_graph_set, bundle_stream_config
 
     specs = [parse_runtime_spec(r) for r in runtimes]
@@ -127,7 +127,7 @@ def bench_streams(
                 torch.set_num_threads(threads or torch.get_num_threads())
                 return {name: r.run for name, r in card_runners(card, device).items()}
 
-            label = "torch" + (f"@{device}" if device else "")
+            label = runtime_spec("torch", device)
             plan.append((f"{torch_model} (torch)", label, torch_graphs, card.stream_config()))
     for path in bundles:
         bundle = Bundle.load(path)
@@ -138,7 +138,7 @@ def bench_streams(
             plan.append(
                 (
                     bundle.target,
-                    runtime + (f"@{device}" if device else ""),
+                    runtime_spec(runtime, device),
                     lambda b=bundle, r=runtime, d=device: bundle_graph_set(
                         b, runtime=r, device=d, threads=threads
                     ),
