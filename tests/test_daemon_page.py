@@ -36,16 +36,17 @@ def test_page_renders_frame_and_results(tmp_path):
     try:
         driver.get(proc.url + "/")
         wait = WebDriverWait(driver, 60)
-        wait.until(
+        # The page swaps in a new frame and re-renders its result blocks on every poll, so a
+        # second read can see a frame still loading or a stale element: each check reads what
+        # it needs in the one script call that waits for it.
+        width = wait.until(
             lambda d: d.execute_script(
                 "const i = document.getElementById('frame');"
-                "return i.complete && i.naturalWidth > 0 && Number(i.dataset.loaded || 0) >= 2;"
+                "return i.complete && i.naturalWidth > 0 && Number(i.dataset.loaded || 0) >= 2"
+                " ? i.naturalWidth : 0;"
             )
         )
-        width = driver.execute_script("return document.getElementById('frame').naturalWidth")
         assert width >= 384
-        # The page re-renders its result blocks on every poll, so element handles go stale
-        # between a find and a read: read the texts in one script call instead.
         read_texts = (
             "return Array.from(document.querySelectorAll('pre.pipeline'), e => e.textContent);"
         )
