@@ -207,6 +207,7 @@ def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
     from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+    from edgekit.lens_prior import PRIOR_WEIGHTS, SettingPrior
     from edgekit.lens_report import (
         environment_table,
         lens_checks,
@@ -236,13 +237,15 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     expected |= fused
     expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
         "margin", "entropy")}  # fmt: skip
+    expected |= {"lens K=27 prior"} | {f"lens K={k} selected prior" for k in (3, 6, 9)}
     assert set(methods) == expected
     calibration = report["models"]["photo-cnn onnx-fp32"]["runs"][0]["calibration"]
     strategies = {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
     variants = {
         f"lens K={k} {DEFAULT_STRATEGY} [{v}]" for k in (3, 6, 9) for v in ("entropy", "margin")
     }
-    assert set(calibration) == strategies | variants | fused
+    weights = {f"lens K=27 prior weight {w:g} (cross-fitted)" for w in PRIOR_WEIGHTS}
+    assert set(calibration) == strategies | variants | fused | weights
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
     assert all(0.0 <= a <= 1.0 for a in acc.values())
     assert acc["oracle"] >= acc["lens K=27"] >= 0.0
@@ -259,6 +262,18 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         assert (
             run["methods"][f"lens K={k} selected"]["accuracy"]
             == (run["methods"][f"lens K={k} {picked}"]["accuracy"])
+        )
+    # the prior rows replay the same stream with the run's calibrated prior
+    prior = SettingPrior.load_json(run["prior"])
+    assert prior.weight in PRIOR_WEIGHTS and prior.scenes == 2 * 10  # 2 environments x 10 scenes
+    assert calibration[f"lens K=27 prior weight {prior.weight:g} (cross-fitted)"] == max(
+        calibration[name] for name in weights
+    )
+    pooled = SettingPrior.load_json(report["models"]["photo-cnn onnx-fp32"]["prior"])
+    assert pooled.model == "photo-cnn onnx-fp32" and len(pooled.accuracy) == 27
+    if prior.weight == 0:
+        assert (
+            run["methods"]["lens K=27 prior"]["accuracy"] == run["methods"]["lens K=27"]["accuracy"]
         )
     visit = run["visit"]
     assert 0.0 <= visit["auroc"] <= 1.0 and 0.0 <= visit["k27_wrong_dark_share"] <= 1.0
@@ -278,6 +293,13 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     assert {
         f"lens K=6 selected keeps >= 90% of the K=27 gain over {b}" for b in ("ae", "naive")
     } <= (claims)
+    assert {
+        "lens K=27 prior > best-fixed beyond noise",
+        "lens K=27 prior > lens K=27 beyond noise",
+        "lens K=6 selected prior > ae beyond noise",
+        "oracle > lens K=6 selected prior beyond noise",
+        "lens K=6 selected prior keeps >= 90% of the K=27 prior gain over ae",
+    } <= claims
     assert lens_plot(report, tmp_path / "lens.png").stat().st_size > 0
 
 

@@ -54,6 +54,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 "(VisiT-weighted vote of the K captures)"
             ),
         ] = "select",
+        prior: Annotated[
+            Path | None,
+            typer.Option(
+                help="lens: a calibrated setting prior (JSON written by `edgekit eval lens`): "
+                "rank candidates by VisiT + prior"
+            ),
+        ] = None,
         out: Annotated[
             Path | None,
             typer.Option(
@@ -80,9 +87,11 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         given |= {
             "--latency-budget": latency_budget is not None,
             "--decision": decision != "select",
+            "--prior": prior is not None,
         }
         foreign = {"lens": ("--out", "--runtime", "--point", "--negative", "--box")}
         foreign["sam2-stream"] = ("--log", "--k", "--variant", "--latency-budget", "--decision")
+        foreign["sam2-stream"] += ("--prior",)
         wrong = [name for name in foreign.get(pipeline, ()) if given[name]]
         if wrong:
             raise InputError(
@@ -116,6 +125,6 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         log = log or Path("out/lens-run.jsonl")
         decisions = run_lens(
             camera, model or "photo-cnn", k, frames, log, variant, latency_budget,
-            decision=decision,
+            decision=decision, prior=prior,
         )  # fmt: skip
         console().print(f"{len(decisions)} decisions logged to {log}")

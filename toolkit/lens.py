@@ -22,6 +22,9 @@ With a per-decision latency budget
 each candidate costs its shutter time plus the camera's readout (estimated from past frames);
 inference time (measured, last batch) is reserved up front; candidates that would overrun the
 budget are skipped, shortest-shutter ones can still get in.
+
+With a calibrated ``SettingPrior`` (lens_prior; not in the paper) candidates are ranked by
+log VisiT + weight x log(calibration accuracy of the setting) instead of VisiT alone.
 """
 
 from __future__ import annotations
@@ -164,6 +167,7 @@ class Decision:
     scores: np.ndarray = field(default_factory=lambda: np.zeros(0))
     image: np.ndarray | None = None
     over_budget: bool = False
+    prior_weight: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -175,11 +179,13 @@ class Decision:
             "inference_s": self.inference_s,
             "total_s": self.total_s,
             "candidates": self.candidates,
+            "scores": [round(float(x), 6) for x in self.scores],
             "chosen_index": self.chosen_index,
             "pred": self.pred,
             "label": self.label,
             "decision": self.decision,
             "over_budget": self.over_budget,
+            "prior_weight": self.prior_weight,
         }
 
 
@@ -190,7 +196,9 @@ class LensController:
     settings (default ``paper_grid()``); ``variant``: VisiT variant; ``latency_budget_s``: per
     decision cap on shutter + readout + inference (None = no cap); ``labels``: class names;
     ``strategy``: candidate selection, one of ``STRATEGIES``; ``decision``: how the label is
-    read from the captures, one of ``DECISIONS``.
+    read from the captures, one of ``DECISIONS``; ``prior``: a calibrated SettingPrior
+    (lens_prior) over this grid: candidates are then ranked by log VisiT + weight x log prior
+    (None: VisiT alone, the paper's Lens).
     """
 
     def __init__(
@@ -205,6 +213,7 @@ class LensController:
         readout_s: float = 0.0,
         strategy: str = DEFAULT_STRATEGY,
         decision: str = "select",
+        prior: Any = None,
     ) -> None:
         if strategy not in STRATEGIES:
             raise InputError(f"unknown strategy '{strategy}'; expected one of {STRATEGIES}")
@@ -219,6 +228,14 @@ class LensController:
             raise InputError(f"budget_k must be >= 1, got {budget_k}")
         self.budget_k = min(budget_k, len(self.grid))
         self.variant = variant
+        self.setting_prior = prior
+        if prior is not None:
+            prior.check_grid([s.describe() for s in self.grid])
+            if prior.variant != variant:
+                raise InputError(
+                    f"the Lens prior was calibrated with VisiT '{prior.variant}', "
+                    f"the controller uses '{variant}'"
+                )
         self.latency_budget_s = latency_budget_s
         self.labels = labels
         self.neighbours = grid_neighbours(self.grid)
@@ -305,6 +322,13 @@ class LensController:
             return kept
         return kept or [min(ranked, key=self.capture_cost_s)]
 
+    def ranking(self, scores: np.ndarray, indices: list[int]) -> np.ndarray:
+        """What candidates are ranked by: VisiT ``scores`` (K,) of grid ``indices``, or with a
+        prior the log VisiT + weight x log prior of each."""
+        if self.setting_prior is None:
+            return scores
+        return self.setting_prior.adjust(scores, indices)
+
     def commit(self, index: int) -> None:
         """Remember grid ``index`` as the last good decision (temporal reuse)."""
         self.last_index = index
@@ -338,7 +362,8 @@ class LensController:
         )
         k, first_s = min(self.budget_k, len(self.grid)), 0.0
         if self.strategy == "two-stage" and k < len(self.grid):
-            extra = self.refine(candidates[best_index(scores)], candidates, k - len(candidates))
+            first = best_index(self.ranking(scores, candidates))
+            extra = self.refine(candidates[first], candidates, k - len(candidates))
             if extra:
                 first_s = time.perf_counter() - started
                 frames += self._capture(extra, len(candidates))
@@ -356,7 +381,7 @@ class LensController:
         readout = [f.latency_s - float(f.settings.shutter_s or 0.0) for f in frames]
         self.readout_s = max(0.0, float(np.median(readout)))
         self.inference_s = first_s + time.perf_counter() - started  # every VisiT batch
-        best = best_index(scores)
+        best = best_index(self.ranking(scores, candidates))
         chosen = candidates[best]
         self.commit(chosen)
         pred = int(np.argmax(logits[best]))
@@ -378,6 +403,7 @@ class LensController:
             image=classifier_view(frames[best]),
             over_budget=self.latency_budget_s is not None
             and sum(self.capture_cost_s(i) for i in candidates) > self.latency_budget_s,
+            prior_weight=None if self.setting_prior is None else self.setting_prior.weight,
         )
 
     def _capture(self, candidates: list[int], done: int) -> list[Any]:
@@ -401,10 +427,11 @@ class LensController:
         (and, for "two-stage", refine), pick the best candidate (ties: lower index), commit.
         ``meter_ev``: the camera's metered EV ("metered"). Returns (grid index, candidates)."""
         k = min(k or self.budget_k, len(self.grid))
+        ranked = self.ranking(np.asarray(all_scores), list(range(len(self.grid))))  # (N,)
         candidates = self.plan(k, meter_ev)
         if self.strategy == "two-stage" and k < len(self.grid):
-            first = candidates[int(np.argmax(all_scores[candidates]))]
+            first = candidates[int(np.argmax(ranked[candidates]))]
             candidates = sorted(candidates + self.refine(first, candidates, k - len(candidates)))
-        chosen = candidates[int(np.argmax(all_scores[candidates]))]
+        chosen = candidates[int(np.argmax(ranked[candidates]))]
         self.commit(chosen)
         return chosen, candidates

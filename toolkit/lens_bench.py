@@ -171,9 +171,11 @@ def replay_lens(
     k: int,
     strategy: str | None = DEFAULT_STRATEGY,
     meter_ev: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    prior: Any = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Lens with budget ``k`` streamed over each environment's scenes: scores/latency (E, S, 27),
-    ``meter_ev`` (E, S) the metered EV ("metered" strategy).
+    ``meter_ev`` (E, S) the metered EV ("metered" strategy), ``prior`` a lens_prior.SettingPrior
+    (candidates ranked by VisiT + prior; None: VisiT alone).
 
     Returns chosen grid index (E, S), captures per decision (E, S), capture latency (E, S) s
     and which settings were captured (E, S, 27) bool."""
@@ -182,7 +184,10 @@ def replay_lens(
     taken = np.zeros((e, s, n), bool)
     for ei in range(e):
         strategy = strategy or DEFAULT_STRATEGY
-        controller = LensController(None, None, budget_k=k, strategy=strategy)  # type: ignore[arg-type]
+        controller = LensController(
+            None, None, budget_k=k, strategy=strategy, prior=prior,  # type: ignore[arg-type]
+            variant=prior.variant if prior is not None else "top1",
+        )  # fmt: skip
         for si in range(s):
             ev = None if meter_ev is None else float(meter_ev[ei, si])
             chosen[ei, si], candidates = controller.decide_from_scores(scores[ei, si], meter_ev=ev)
@@ -240,12 +245,15 @@ def evaluate_seed(
     times: dict[int, float],
     ks: list[int],
     calib_caps: dict[str, np.ndarray] | None = None,
+    variant: str = "top1",
 ) -> dict[str, Any]:
     """All methods for one classifier and seed: {"methods": {name: {accuracy, by_env, captures,
     latency_s, visit_s}}, "best_fixed_index", "calibration": {"lens K=k strategy": accuracy on
     the calibration scenes}}. With calibration captures, "lens K=k selected" (K < 27) repeats
     the row of the strategy that was best on the calibration scenes (its name under
-    "strategy"). ``test``/``calib`` from score_captures; ``caps``/``calib_caps``
+    "strategy"). "<lens row> prior" rows rank candidates by VisiT + a setting prior fitted on
+    the calibration scenes ("prior": its JSON; lens_prior). ``test``/``calib`` from
+    score_captures (``variant``: the VisiT variant of their "grid_score"); ``caps``/``calib_caps``
     their capture sets (latency, meter)."""
     correct = test["grid_pred"] == labels[None, :, None]  # (E, S, 27)
     ae_correct = test["ae_pred"] == labels[None, :, None]  # (E, S, A)
@@ -339,6 +347,24 @@ def evaluate_seed(
             )  # fmt: skip
             fused = fused_prediction(calib["grid_pred"], calib["grid_score"], taken)
             calibration[name] = float(np.mean(fused == calib_labels[None]))
+    prior, cross_fit = fit_prior(calib, calib_labels, variant)
+    for w, acc in cross_fit.items():
+        calibration[f"lens K=27 prior weight {w:g} (cross-fitted)"] = acc
+    prior_rows = [(27, None)] + [
+        (k, selected_strategy(calibration, k)) for k in ks if k < correct.shape[2] and calib_caps
+    ]
+    for k, strategy in prior_rows:
+        base = lens_method(k) if strategy is None else selected_method(k)
+        chosen, count, cap, _ = replay_lens(
+            test["grid_score"], caps["grid_latency"], k, strategy, caps.get("meter_ev"), prior
+        )
+        methods[f"{base} prior"] = {
+            **methods[base],
+            "accuracy": chosen_accuracy(flat, chosen.reshape(-1)),
+            "by_env": [chosen_accuracy(correct[e], chosen[e]) for e in range(env_count)],
+            "captures": float(count.mean()),
+            "latency_s": float(cap.mean()) + methods[base]["visit_s"],
+        }
     methods["oracle"] = {
         "accuracy": oracle_accuracy(flat),
         "by_env": [oracle_accuracy(correct[e]) for e in range(env_count)],
@@ -350,7 +376,22 @@ def evaluate_seed(
         "best_fixed_index": fixed_index,
         "calibration": calibration,
         "visit": diagnostics,
+        "prior": prior.to_json(),
     }
+
+
+def fit_prior(
+    calib: dict[str, np.ndarray], calib_labels: np.ndarray, variant: str = "top1"
+) -> tuple[Any, dict[float, float]]:
+    """A SettingPrior over the paper grid fitted on scored calibration captures (``calib`` from
+    score_captures, "grid_score" (E, S, 27) of ``variant``; ``calib_labels`` (S,)), and the
+    cross-fitted Lens K=27 accuracy of every candidate weight (lens_prior.choose_weight)."""
+    from edgekit.lens_prior import SettingPrior, choose_weight
+
+    correct = calib["grid_pred"] == np.asarray(calib_labels)[None, :, None]  # (E, S, 27)
+    settings = [s.describe() for s in paper_grid()]
+    _, cross_fit = choose_weight(calib["grid_score"], correct, variant)
+    return SettingPrior.fit(calib["grid_score"], correct, settings, variant), cross_fit
 
 
 def run_lens_bench(
@@ -370,6 +411,7 @@ def run_lens_bench(
     ks = sorted(set(config.ks))
     sessions = {name: b.session() for name, b in bundles.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sessions}
+    pooled: dict[str, list[tuple[dict[str, np.ndarray], np.ndarray]]] = {n: [] for n in sessions}
     steps = len(config.seeds) * (len(envs) + len(sessions)) + len(sessions)
     started = time.perf_counter()
     with step_progress("lens bench", steps, progress) as step:
@@ -406,9 +448,11 @@ def run_lens_bench(
                             times[name],
                             ks,
                             calib_caps,
+                            config.variant,
                         ),
                     }
                 )
+                pooled[name].append((scored_calib, calib_labels))
                 step(f"seed {seed}: scored {name}")
     return {
         "schema": "edgekit.lens-bench/1",
@@ -426,7 +470,29 @@ def run_lens_bench(
             "default_strategy": DEFAULT_STRATEGY,
             "grid": [s.describe() for s in paper_grid()],
         },
-        "models": {name: {"runs": r, "timing_s": times[name]} for name, r in runs.items()},
+        "models": {
+            name: {
+                "runs": r,
+                "timing_s": times[name],
+                "prior": pooled_prior(pooled[name], config.variant, name),
+            }
+            for name, r in runs.items()
+        },
         "notes": notes,
         "elapsed_s": time.perf_counter() - started,
     }
+
+
+def pooled_prior(
+    scored: list[tuple[dict[str, np.ndarray], np.ndarray]], variant: str, model: str
+) -> dict[str, Any]:
+    """The deployable prior of one classifier (JSON): fitted on the calibration captures of
+    every seed together (``scored``: (score_captures output, labels) per seed)."""
+    calib = {
+        key: np.concatenate([c[key] for c, _ in scored], axis=1)
+        for key in ("grid_score", "grid_pred")
+    }
+    labels = np.concatenate([lab for _, lab in scored])
+    prior, _ = fit_prior(calib, labels, variant)
+    prior.model = model
+    return prior.to_json()

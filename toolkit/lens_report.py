@@ -97,6 +97,11 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
         for fused in (f"{m} fused" for m in ("lens K=27", headline) if m is not None):
             if fused in runs[0]["methods"]:
                 pairs += [(fused, "best-fixed"), (fused, fused[: -len(" fused")])]
+        # the calibrated setting prior (lens_prior; not the paper's): VisiT + prior
+        for m in ("lens K=27", headline):
+            if m is not None and f"{m} prior" in runs[0]["methods"]:
+                pairs += [(f"{m} prior", "best-fixed"), (f"{m} prior", m), ("oracle", f"{m} prior")]
+                pairs += [(f"{m} prior", "ae")] if m == headline else []
         for a, b in pairs:
             mean, std = _paired(runs, a, b)
             checks.append(
@@ -109,15 +114,18 @@ def lens_checks(report: dict[str, Any]) -> list[dict[str, Any]]:
             )
         if headline is None:
             continue
-        for base in ("ae", "naive"):
+        kept = [("lens K=27", headline)]
+        if f"{headline} prior" in runs[0]["methods"]:
+            kept.append(("lens K=27 prior", f"{headline} prior"))
+        for (k27, small), base in ((pair, b) for pair in kept for b in ("ae", "naive")):
             ref = np.mean([r["methods"][base]["accuracy"] for r in runs])
-            full = np.mean([r["methods"]["lens K=27"]["accuracy"] for r in runs]) - ref
-            part = np.mean([r["methods"][headline]["accuracy"] for r in runs]) - ref
+            full = np.mean([r["methods"][k27]["accuracy"] for r in runs]) - ref
+            part = np.mean([r["methods"][small]["accuracy"] for r in runs]) - ref
             ratio = float(part / full) if full > 0 else float("nan")
             checks.append(
                 {
                     "model": model,
-                    "claim": f"{headline} keeps >= 90% of the K=27 gain over {base}",
+                    "claim": f"{small} keeps >= 90% of the {k27.removeprefix('lens ')} gain over {base}",
                     "passed": bool(full > 0 and ratio >= 0.9),
                     "detail": f"gain {100 * part:+.1f} vs K=27 {100 * full:+.1f} pts "
                     f"({100 * ratio:.0f}%)",
@@ -309,8 +317,23 @@ def print_report(report: dict[str, Any], console: Any) -> None:
     for c in report["checks"]:
         mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
         console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
+    for model, entry in report["models"].items():
+        weights = [r["prior"]["weight"] for r in entry["runs"] if r.get("prior")]
+        if weights:
+            console.print(
+                f"prior weight chosen on the calibration scenes, {model}: per seed "
+                f"{', '.join(f'{w:g}' for w in weights)}; deployable prior (all seeds' "
+                f"calibration scenes): {entry['prior']['weight']:g}"
+            )
     for note in report["notes"]:
         console.print(f"note: {note}")
+
+
+def prior_path(out_dir: str | os.PathLike[str], scene_set: str, model: str) -> Path:
+    """Where ``eval lens`` writes a classifier's deployable prior: <out>/lens-<set>-prior-
+    <model, with ':' and spaces as '-'>.json (``run lens --prior`` reads it)."""
+    safe = model.replace(":", "-").replace(" ", "-")
+    return Path(out_dir) / f"lens-{scene_set}-prior-{safe}.json"
 
 
 def eval_lens(
@@ -331,6 +354,7 @@ def eval_lens(
     from edgekit.console import wide_console
     from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
     from edgekit.lens_captures import SCENE_SETS, resolve_scene_set
+    from edgekit.lens_prior import SettingPrior
 
     targets = lens_targets(models or [])
 
@@ -352,6 +376,8 @@ def eval_lens(
         report["summary"] = summarise(report)
         report["checks"] = lens_checks(report)
         write_report(report, out / f"lens-{scene_set}.json")
+        for model, entry in report["models"].items():
+            SettingPrior.load_json(entry["prior"]).save(prior_path(out, scene_set, model))
         lens_plot(report, out / f"lens-{scene_set}.png")
         print_report(report, console)
         console.print(

@@ -37,12 +37,14 @@ def run_lens(
     latency_budget_s: float | None = None,
     strip: str | os.PathLike[str] | None = None,
     decision: str = "select",
+    prior: str | os.PathLike[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Run Lens for ``frames`` decisions on ``camera_spec`` (``sim``, ``v4l2:/dev/video0``, ...).
 
     Each decision (settings, VisiT score, captures, latency, prediction) is appended to ``log``
     as one JSON line; the chosen captures are written side by side to ``strip`` (default: the
-    log's path with ``.png``). ``decision``: "select" or "fuse" (lens.DECISIONS). The camera's
+    log's path with ``.png``). ``decision``: "select" or "fuse" (lens.DECISIONS); ``prior``: a
+    lens_prior.SettingPrior JSON file (from ``edgekit eval lens``) over the same grid. The camera's
     own grid comes from its capabilities (the paper's grid when it offers the paper's ranges).
     Returns the decisions as dicts.
     """
@@ -52,6 +54,9 @@ def run_lens(
 
     if decision not in DECISIONS:
         raise InputError(f"unknown decision '{decision}'; expected one of {', '.join(DECISIONS)}")
+    from edgekit.lens_prior import SettingPrior
+
+    setting_prior = SettingPrior.load(prior) if prior is not None else None  # before any export
     session, labels = _session_and_labels(bundle_or_model)
     camera = open_camera(camera_spec)
     caps = camera.capabilities()
@@ -65,9 +70,14 @@ def run_lens(
         except InputError:
             camera.close()
             raise
-    controller = LensController(
-        session, camera, grid, budget_k, variant, latency_budget_s, labels, decision=decision
-    )
+    try:
+        controller = LensController(
+            session, camera, grid, budget_k, variant, latency_budget_s, labels,
+            decision=decision, prior=setting_prior,
+        )  # fmt: skip
+    except InputError:
+        camera.close()
+        raise
     log_path = Path(log)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     decisions, images = [], []

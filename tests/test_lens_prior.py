@@ -1,0 +1,148 @@
+"""The calibrated setting prior for Lens (toolkit/lens_prior.py): fitting, choosing its weight
+on calibration scenes only, the controller's ranking with it, its file and `run lens --prior`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgekit.errors import InputError
+from edgekit.lens import LensController, paper_grid
+from edgekit.lens_prior import (
+    PRIOR_WEIGHTS,
+    SettingPrior,
+    adjusted_scores,
+    choose_weight,
+    smoothed_accuracy,
+    visit_quality,
+)
+
+SETTINGS = [s.describe() for s in paper_grid()]
+
+
+def misleading_captures(seed: int = 0, scenes: int = 12, envs: int = 2) -> tuple:
+    """(scores, correct) (E, S, 27): setting 4 is right on most scenes but VisiT rates it a
+    little below setting 20, which is always wrong and always the most confident."""
+    rng = np.random.default_rng(seed)
+    correct = rng.random((envs, scenes, 27)) < 0.2
+    correct[:, :, 4] = rng.random((envs, scenes)) < 0.9
+    correct[:, :, 20] = False
+    scores = rng.uniform(0.2, 0.5, (envs, scenes, 27))
+    scores[:, :, 4] = 0.6
+    scores[:, :, 20] = 0.7
+    return scores, correct
+
+
+def test_smoothed_accuracy_and_adjusted_scores() -> None:
+    correct = np.array([[1, 0, 0], [1, 1, 0]], bool)
+    np.testing.assert_allclose(smoothed_accuracy(correct), [3 / 4, 2 / 4, 1 / 4])
+    scores = np.array([0.9, 0.5, 0.6])
+    acc = np.array([0.1, 0.9, 0.5])
+    assert np.argmax(adjusted_scores(scores, acc, 0.0)) == 0  # weight 0: VisiT alone
+    assert (
+        np.argmax(adjusted_scores(scores, acc, 2.0)) == 1
+    )  # log .5 + 2 log .9 > log .9 + 2 log .1
+    np.testing.assert_allclose(visit_quality(np.array([-0.25]), "entropy"), [0.75])
+    with pytest.raises(InputError, match="unknown VisiT variant"):
+        visit_quality(scores, "confidence")
+    with pytest.raises(InputError, match="scenes, settings"):
+        smoothed_accuracy(np.zeros(3, bool))
+
+
+def test_the_weight_is_chosen_by_cross_fitting_on_calibration_only() -> None:
+    scores, correct = misleading_captures()
+    weight, results = choose_weight(scores, correct)
+    assert set(results) == set(PRIOR_WEIGHTS)
+    assert weight > 0 and results[weight] > results[0.0] + 0.5  # VisiT alone picks setting 20
+    # a VisiT that already ranks right captures first keeps weight 0 (ties go to the smaller)
+    honest = np.where(correct, 0.9, 0.3)
+    assert choose_weight(honest, correct)[0] == 0.0
+    with pytest.raises(InputError, match="at least 2 calibration scenes"):
+        choose_weight(scores[:, :1], correct[:, :1])
+    with pytest.raises(InputError, match=r"\(E, S, N\)"):
+        choose_weight(scores[0], correct[0])
+
+
+def test_the_controller_ranks_candidates_by_visit_and_prior() -> None:
+    scores, correct = misleading_captures()
+    prior = SettingPrior.fit(scores, correct, SETTINGS)
+    plain = LensController(None, None, budget_k=27)  # type: ignore[arg-type]
+    with_prior = LensController(None, None, budget_k=27, prior=prior)  # type: ignore[arg-type]
+    test_scores, _ = misleading_captures(seed=1)
+    assert plain.decide_from_scores(test_scores[0, 0])[0] == 20
+    assert with_prior.decide_from_scores(test_scores[0, 0])[0] == 4
+    # the ranking of a subset of the grid uses those settings' prior entries
+    ranked = with_prior.ranking(np.array([0.6, 0.7]), [4, 20])
+    assert ranked[0] > ranked[1]
+    small = LensController(None, None, budget_k=6, strategy="two-stage", prior=prior)  # type: ignore[arg-type]
+    chosen, candidates = small.decide_from_scores(test_scores[0, 0])
+    assert len(candidates) <= 6 and chosen in candidates
+    with pytest.raises(InputError, match="calibrated on a 27-setting grid"):
+        LensController(None, None, grid=paper_grid()[:9], prior=prior)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="VisiT 'top1'"):
+        LensController(None, None, variant="margin", prior=prior)  # type: ignore[arg-type]
+
+
+def test_prior_files_round_trip_and_bad_files_are_clear_errors(tmp_path: Path) -> None:
+    scores, correct = misleading_captures()
+    prior = SettingPrior.fit(scores, correct, SETTINGS, model="photo-cnn onnx-fp32")
+    path = prior.save(tmp_path / "prior.json")
+    back = SettingPrior.load(path)
+    assert back.weight == prior.weight and back.settings == SETTINGS and back.scenes == 24
+    np.testing.assert_allclose(back.accuracy, prior.accuracy, atol=1e-6)
+    assert not list(tmp_path.glob("*.tmp*"))  # written atomically, nothing left behind
+    with pytest.raises(InputError, match="not found"):
+        SettingPrior.load(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(InputError, match="not valid JSON"):
+        SettingPrior.load(bad)
+    bad.write_text(json.dumps({"schema": "edgekit.lens-bench/1"}))
+    with pytest.raises(InputError, match="not a Lens prior"):
+        SettingPrior.load(bad)
+    raw = prior.to_json()
+    for field, value, message in (
+        ("accuracy", [0.5] * 3, "equal-length"),
+        ("accuracy", [0.0] * 27, r"\(0, 1\]"),
+        ("weight", -1, "'weight' must be >= 0"),
+        ("variant", "confidence", "unknown VisiT variant"),
+    ):
+        bad.write_text(json.dumps({**raw, field: value}))
+        with pytest.raises(InputError, match=message):
+            SettingPrior.load(bad)
+
+
+def test_run_lens_with_a_prior_file(tmp_path: Path) -> None:
+    from edgekit.lens_run import run_lens
+
+    scores, correct = misleading_captures()
+    path = SettingPrior.fit(scores, correct, SETTINGS).save(tmp_path / "prior.json")
+    log = tmp_path / "lens.jsonl"
+    rows = run_lens("sim:seed=2,lighting=dim-room", "photo-cnn", 27, 2, log, prior=path)
+    weight = SettingPrior.load(path).weight
+    assert [row["prior_weight"] for row in rows] == [weight, weight]
+    # the setting ranked first is the one with the best log VisiT + weight x log prior
+    prior = SettingPrior.load(path)
+    for row in rows:
+        ranked = prior.adjust(np.asarray(row["scores"]), row["candidates"])
+        assert row["chosen_index"] == row["candidates"][int(np.argmax(ranked))]
+    with pytest.raises(InputError, match="Lens prior file not found"):
+        run_lens("sim", "photo-cnn", frames=1, log=tmp_path / "x.jsonl", prior=tmp_path / "no")
+
+
+def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
+    from edgekit.lens_report import eval_lens, prior_path
+
+    reports = eval_lens(tmp_path, 1, ["dim-room"], 1, progress=False, models=["photo-cnn"])
+    report = reports["wide-range"]
+    assert (tmp_path / "lens-wide-range.json").is_file()
+    for model in ("photo-cnn onnx-fp32", "photo-cnn onnx-int8"):
+        path = prior_path(tmp_path, "wide-range", model)
+        assert path.name == f"lens-wide-range-prior-{model.replace(' ', '-')}.json"
+        prior = SettingPrior.load(path)
+        assert prior.model == model and prior.settings == SETTINGS
+        assert prior.weight == report["models"][model]["prior"]["weight"]
+        assert prior.scenes == 20  # 1 environment x 20 calibration scenes
