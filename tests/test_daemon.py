@@ -252,3 +252,35 @@ def test_deploy_model_name_uses_the_device_profile(daemon):
     assert info["target"]["format"] == "onnx" and info["target"]["precision"] == "int8"
     bad = CliRunner().invoke(app, ["deploy", "no-such-model", "--to", daemon.address])
     assert bad.exit_code == 2 and "neither a bundle directory nor a model" in bad.output
+
+
+def test_lens_prior_reaches_the_daemons_lens_pipeline(tmp_path, bundles):
+    import numpy as np
+
+    from edgekit.daemon.serve import serve
+    from edgekit.errors import InputError
+    from edgekit.lens import paper_grid
+    from edgekit.lens_prior import SettingPrior
+
+    settings = [s.describe() for s in paper_grid()]
+    prior = SettingPrior(np.linspace(0.1, 0.9, 27), 1.0, settings)
+    path = prior.save(tmp_path / "prior.json")
+    proc = DaemonProcess(
+        tmp_path / "state", "--bundle", f"photo-cnn={bundles['fp32']}", "--pipeline", "lens",
+        "--fps", "30", "--lens-prior", str(path),
+    )  # fmt: skip
+    proc.start()
+    try:
+        proc.wait_for(lambda h: h["pipelines"]["lens"]["processed"] >= 1, what="a decision")
+        result = httpx.get(f"{proc.url}/pipelines/lens/latest").json()["latest"]["result"]
+        assert result["prior_weight"] == 1.0
+        ranked = prior.adjust(np.asarray(result["scores"]), result["candidates"])
+        assert result["chosen_index"] == result["candidates"][int(np.argmax(ranked))]
+    finally:
+        assert proc.stop() in (0, -15), proc.log.read_text()[-2000:]
+    # refused before the daemon starts: no lens pipeline, another grid
+    with pytest.raises(InputError, match="needs a lens pipeline"):
+        serve("sim", "classify", state_dir=tmp_path / "s2", lens_prior=path)
+    SettingPrior(np.full(9, 0.5), 1.0, settings[:9]).save(tmp_path / "small.json")
+    with pytest.raises(InputError, match="calibrated on a 9-setting grid"):
+        serve("sim", "lens", state_dir=tmp_path / "s3", lens_prior=tmp_path / "small.json")

@@ -51,6 +51,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         max_upload_mb: Annotated[
             float | None, typer.Option(help="largest bundle archive accepted (default 2048 MB)")
         ] = None,
+        lens_prior: Annotated[
+            Path | None,
+            typer.Option(
+                help="a calibrated Lens setting prior (JSON from `edgekit eval lens`) for the "
+                "lens pipelines"
+            ),
+        ] = None,
     ) -> None:
         """Run the on-device daemon: camera, pipelines, HTTP API and live page."""
         from edgekit.daemon.serve import serve
@@ -64,7 +71,7 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             initial[name] = path
         serve(
             camera, pipeline, host, port, state_dir, initial, fps, duration,
-            profile=profile, max_upload_mb=max_upload_mb,
+            profile=profile, max_upload_mb=max_upload_mb, lens_prior=lens_prior,
         )  # fmt: skip
 
     @app.command("deploy")

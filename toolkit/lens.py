@@ -96,6 +96,19 @@ def grid_from_capabilities(
     return grid
 
 
+def camera_grid(capabilities: dict[str, ControlRange]) -> list[CaptureSettings]:
+    """The grid Lens uses on a camera: the paper's 27 settings when the camera can apply them
+    unchanged, else ``grid_from_capabilities`` (3 values per control it has)."""
+    grid = paper_grid()
+    if any(
+        capabilities.get(a) is None
+        or capabilities[a].clamp(getattr(grid[0], a)) != getattr(grid[0], a)
+        for a in AXES
+    ):
+        return grid_from_capabilities(capabilities, 3)
+    return grid
+
+
 def grid_neighbours(grid: list[CaptureSettings]) -> list[list[int]]:
     """For each grid index, the indices one step away along exactly one axis (ascending)."""
     coords = []

@@ -50,7 +50,7 @@ def run_lens(
     """
     from edgekit.devices.camera import open_camera
     from edgekit.errors import InputError
-    from edgekit.lens import DECISIONS, LensController, grid_from_capabilities, paper_grid
+    from edgekit.lens import DECISIONS, LensController, camera_grid
 
     if decision not in DECISIONS:
         raise InputError(f"unknown decision '{decision}'; expected one of {', '.join(DECISIONS)}")
@@ -59,18 +59,8 @@ def run_lens(
     setting_prior = SettingPrior.load(prior) if prior is not None else None  # before any export
     session, labels = _session_and_labels(bundle_or_model)
     camera = open_camera(camera_spec)
-    caps = camera.capabilities()
-    grid = paper_grid()
-    if any(
-        caps.get(a) is None or caps[a].clamp(getattr(grid[0], a)) != getattr(grid[0], a)
-        for a in ("iso", "shutter_s", "aperture_f")
-    ):
-        try:
-            grid = grid_from_capabilities(caps, 3)
-        except InputError:
-            camera.close()
-            raise
     try:
+        grid = camera_grid(camera.capabilities())
         controller = LensController(
             session, camera, grid, budget_k, variant, latency_budget_s, labels,
             decision=decision, prior=setting_prior,

@@ -121,6 +121,7 @@ class LensPipeline(Pipeline):
     with the setting the model itself prefers (the closed loop)."""
 
     budget_k: int = 6
+    prior: Any = None  # a lens_prior.SettingPrior over the camera's grid (daemon --lens-prior)
 
     def load(self, store: BundleStore) -> None:
         bundle = store.get(self.bundle)
@@ -129,20 +130,15 @@ class LensPipeline(Pipeline):
         self.controller = None  # rebuilt on the next frame with the new session
 
     def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
-        from edgekit.lens import LensController, grid_from_capabilities, paper_grid
+        from edgekit.lens import LensController, camera_grid
 
         check_frame(frame.image)
         if self.controller is None:
-            caps = ctx.camera.capabilities()
-            grid = paper_grid()
-            if any(
-                caps.get(a) is None or caps[a].clamp(getattr(grid[0], a)) != getattr(grid[0], a)
-                for a in ("iso", "shutter_s", "aperture_f")
-            ):
-                grid = grid_from_capabilities(caps, 3)
+            grid = camera_grid(ctx.camera.capabilities())
             self.controller = LensController(
-                self.session, ctx.camera, grid, self.budget_k, labels=self.labels
-            )
+                self.session, ctx.camera, grid, self.budget_k, labels=self.labels,
+                prior=self.prior,
+            )  # fmt: skip
         decision = self.controller.decide()
         ctx.stage("captures", decision.capture_latency_s)
         ctx.stage("infer", decision.inference_s)

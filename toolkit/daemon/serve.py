@@ -80,6 +80,7 @@ def serve(
     log_level: str = "warning",
     profile: str = "auto",
     max_upload_mb: float | None = None,
+    lens_prior: str | os.PathLike[str] | None = None,
 ) -> None:
     """Run the daemon in this process until SIGINT/SIGTERM or ``duration_s`` seconds."""
     import uvicorn
@@ -101,7 +102,8 @@ def serve(
 
     device_profile = detect_profile() if profile == "auto" else get_profile(profile)
     pipes = parse_pipelines(pipelines)
-    open_camera(camera).close()  # fail fast on a bad spec or a missing device
+    with open_camera(camera) as cam:  # fail fast on a bad spec or a missing device
+        attach_lens_prior(pipes, lens_prior, cam)
     metrics = DaemonMetrics()
     loop = FrameLoop(
         lambda: open_camera(camera), pipes, store, metrics, fps, max_frames, device_profile
@@ -124,3 +126,23 @@ def serve(
         flush=True,
     )
     server.run()  # the app's lifespan starts and stops the frame loop
+
+
+def attach_lens_prior(pipes: list[Any], path: str | os.PathLike[str] | None, camera: Any) -> None:
+    """Give every Lens pipeline the calibrated setting prior at ``path`` (lens_prior JSON),
+    checked against ``camera``'s Lens grid before the daemon starts (InputError otherwise)."""
+    if path is None:
+        return
+    from edgekit.daemon.pipelines import LensPipeline
+    from edgekit.lens import camera_grid
+    from edgekit.lens_prior import SettingPrior
+
+    lens = [p for p in pipes if isinstance(p, LensPipeline)]
+    if not lens:
+        raise InputError("--lens-prior needs a lens pipeline (e.g. --pipeline lens,classify)")
+    prior = SettingPrior.load(path)
+    if prior.variant != "top1":
+        raise InputError(f"the daemon's Lens uses VisiT 'top1'; {path} is for '{prior.variant}'")
+    prior.check_grid([s.describe() for s in camera_grid(camera.capabilities())])
+    for pipe in lens:
+        pipe.prior = prior
