@@ -275,8 +275,23 @@ def disc_mask() -> np.ndarray:
 @pytest.fixture(scope="module")
 def meta_run(models, tmp_path_factory):
     """Meta's video predictor on the clip: per frame, per object, mask logits at video size."""
-    meta, _ = models
-    folder = tmp_path_factory.mktemp("sam2_clip")
+    return meta_predict(models[0], tmp_path_factory.mktemp("sam2_clip"))
+
+
+@pytest.fixture(scope="module")
+def meta_run_stride(models, tmp_path_factory):
+    """The same with Meta's ``memory_temporal_stride_for_eval`` = 2."""
+    meta = models[0]
+    meta.memory_temporal_stride_for_eval = 2
+    try:
+        return meta_predict(meta, tmp_path_factory.mktemp("sam2_clip_stride"))
+    finally:
+        meta.memory_temporal_stride_for_eval = 1
+
+
+def meta_predict(meta, folder) -> tuple:
+    """Meta's predictor on the clip written to ``folder``, a correction on frame 4: (frames,
+    {frame: logits (objects, S, S)}, the correction's logits)."""
     frames = write_clip(folder)
     with torch.inference_mode():
         state = meta.init_state(str(folder))
@@ -375,6 +390,17 @@ def test_stream_parity_with_meta_on_torch(meta_run, torch_graphs):
     results, corrected = run_stream(torch_graphs, meta_run[0])
     ious = compare(meta_run, results, corrected, logit_atol=TORCH_LOGIT_ATOL)
     assert min(ious) >= 0.99, ious
+
+
+def test_memory_stride_parity_with_meta_on_torch(meta_run_stride, torch_graphs):
+    """SAM 2's memory_temporal_stride_for_eval = 2 against StreamConfig(memory_stride=2); the
+    default stride fails the logit check on the same run (the option changes the memory)."""
+    results, corrected = run_stream(torch_graphs, meta_run_stride[0], memory_stride=2)
+    ious = compare(meta_run_stride, results, corrected, logit_atol=TORCH_LOGIT_ATOL)
+    assert min(ious) >= 0.99, ious
+    results, corrected = run_stream(torch_graphs, meta_run_stride[0])
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        compare(meta_run_stride, results, corrected, logit_atol=TORCH_LOGIT_ATOL)
 
 
 def test_iou_check_detects_a_wrong_memory_bank(meta_run, torch_graphs):

@@ -109,6 +109,27 @@ def test_memory_bank_feeds_follow_sam2_indexing():
     assert last["mem_feats"].shape[0] == 7 and last["obj_ptrs"].shape[0] == 16
 
 
+def test_memory_stride_feeds_sam2s_strided_frames_and_stays_bounded():
+    from edgekit.sam2_stream import memory_slots
+
+    assert memory_slots(9, 7) == {8: 1, 7: 2, 6: 3, 5: 4, 4: 5, 3: 6}  # stride 1: t - i
+    # stride 2 (SAM 2's formula): slot 1 = t-1, slot i >= 2 = ((t-2)//2)*2 - (i-2)*2
+    assert memory_slots(9, 7, 2) == {8: 1, 6: 2, 4: 3, 2: 4, 0: 5}
+    assert memory_slots(10, 7, 3) == {9: 1, 6: 2, 3: 3, 0: 4}
+    fake = FakeGraphs()
+    cfg = StreamConfig(image_size=S, max_obj_ptrs=16, memory_dtype="float32", memory_stride=2)
+    stream = SAM2Stream(fake.set(), cfg)
+    stream.start(frame(), {7: Prompt(points=[[10, 20]], labels=[1])})
+    for _ in range(40):
+        stream.track(frame())
+    for t, feeds in enumerate(fake.calls[G.MEMORY_ATTENTION], start=1):
+        want = sorted((f, i) for f, i in memory_slots(t, 7, 2).items() if f >= 1)  # 0: cond
+        stored = [int(v) for v in feeds["mem_feats"][:, 0, 0, 0]]
+        assert stored == [0] + [f for f, _ in want]
+        assert list(feeds["mem_tpos_idx"]) == [6] + [i - 1 for _, i in want]
+    assert stream.memory_stats()[7]["recent_frames"] == (7 - 2) * 2 + 1  # the window, bounded
+
+
 def test_multimask_choice_stability_fallback_and_pointer_token():
     fake = FakeGraphs()
     stream = SAM2Stream(fake.set(), StreamConfig(image_size=S))
@@ -491,8 +512,12 @@ def test_mask_threshold_fill_holes_and_single_mask_tracking_in_the_stream():
         {"memory_min_iou": 1.5},
         {"memory_min_score": float("nan")},
         {"mask_threshold": float("inf")},
+        {"memory_stride": 0},
+        {"memory_stride": 1.5},
     ],
 )
 def test_bad_stream_options_are_refused(bad):
     with pytest.raises(InputError, match=next(iter(bad))):
         StreamConfig(image_size=S, **bad)
+    with pytest.raises(InputError, match="memory_stride=2 places memory frames by time"):
+        StreamConfig(image_size=S, memory_stride=2, memory_min_iou=0.5)

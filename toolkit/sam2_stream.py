@@ -7,9 +7,10 @@ arrays, the graphs of the contract in ``edgekit.sam2_graphs`` (a torch model wra
 The predictor itself is numpy only.
 
 Per object the memory bank holds its conditioning (prompted) frames (at most
-``max_cond_frames``), the ``num_maskmem - 1`` most recent tracked frames and the object pointers
-of the last ``max_obj_ptrs - 1`` frames: per-frame cost and memory stay flat however long the
-stream runs. Memory features are stored rounded to bfloat16 by default (half the bytes; SAM 2's
+``max_cond_frames``), the ``num_maskmem - 1`` most recent tracked frames (with ``memory_stride``
+r > 1: the (num_maskmem - 2) * r + 1 most recent, of which the strided ones are read) and the
+object pointers of the last ``max_obj_ptrs - 1`` frames: per-frame cost and memory stay flat
+however long the stream runs. Memory features are stored rounded to bfloat16 by default (half the bytes; SAM 2's
 own video predictor stores them so too).
 
     stream = SAM2Stream(graphs, StreamConfig(image_size=1024))
@@ -211,7 +212,7 @@ class SAM2Stream:
         return _Object(
             obj_id,
             OrderedDict(),
-            deque(maxlen=max(cfg.num_maskmem - 1, 1)),
+            deque(maxlen=max((cfg.num_maskmem - 2) * cfg.memory_stride + 1, 1)),
             deque(maxlen=cfg.max_obj_ptrs - 1),
         )
 
@@ -259,8 +260,9 @@ class SAM2Stream:
                 mems.append(m)
                 idx.append(cfg.num_maskmem - 1)
         recent = sorted(obj.recent, key=lambda m: -m.frame)  # most recent first
+        slots = memory_slots(t, cfg.num_maskmem, cfg.memory_stride)  # frame -> temporal slot
         for rank, m in reversed(list(enumerate(recent, start=1))):
-            t_rel = rank if by_rank else t - m.frame
+            t_rel = rank if by_rank else slots.get(m.frame, 0)
             if 1 <= t_rel <= cfg.num_maskmem - 1:
                 mems.append(m)
                 idx.append(t_rel - 1)
@@ -411,6 +413,18 @@ class SAM2Stream:
             scores[obj_id] = obj.score
             logits[obj_id] = np.array(low, np.float32, copy=True)
         return FrameResult(self._frame_index, masks, scores, logits)
+
+
+def memory_slots(t: int, num_maskmem: int, stride: int = 1) -> dict[int, int]:
+    """{frame: temporal slot} of the recent memory frames frame ``t`` attends to: slot 1 is
+    frame t - 1, slot i >= 2 is ((t - 2) // stride) * stride - (i - 2) * stride (SAM 2's
+    ``memory_temporal_stride_for_eval``; stride 1: frame t - i). Frames < 0 are left out."""
+    slots = {}
+    for i in range(1, num_maskmem):
+        frame = t - 1 if i == 1 else ((t - 2) // stride) * stride - (i - 2) * stride
+        if frame >= 0:
+            slots.setdefault(frame, i)
+    return slots
 
 
 def _drop_frame(obj: _Object, t: int) -> None:

@@ -44,6 +44,11 @@ class StreamConfig:
     - ``remove_sprinkle_area``: the other half of SAM 2's image post-processing
       (``max_sprinkle_area``): foreground components of at most this many low-res pixels
       become background in the output masks. 0: off.
+    - ``memory_stride``: SAM 2's ``memory_temporal_stride_for_eval`` (1): the previous frame
+      always takes temporal slot 1; slot i >= 2 takes the frame ((t - 2) // r) * r - (i - 2) * r,
+      so the recent memory reaches back about (num_maskmem - 2) * r frames (an occlusion no
+      longer fills it). The bank keeps the frames of that window, still bounded. Not combined
+      with memory selection (which places frames by rank).
     """
 
     image_size: int = 1024
@@ -64,6 +69,7 @@ class StreamConfig:
     mask_threshold: float = 0.0
     fill_hole_area: int = 0
     remove_sprinkle_area: int = 0
+    memory_stride: int = 1
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
@@ -81,6 +87,16 @@ class StreamConfig:
                     f"bad StreamConfig {name}={area!r}: expected an integer area in low-res "
                     "pixels >= 0 (0: off)"
                 )
+        stride = self.memory_stride
+        if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
+            raise InputError(
+                f"bad StreamConfig memory_stride={stride!r}: expected an integer >= 1 (1: SAM 2)"
+            )
+        if stride > 1 and (self.memory_min_score is not None or self.memory_min_iou is not None):
+            raise InputError(
+                f"bad StreamConfig: memory_stride={stride} places memory frames by time, memory "
+                "selection (memory_min_score / memory_min_iou) by rank; use one of them"
+            )
         if not np.isfinite(self.mask_threshold):
             raise InputError(
                 f"bad StreamConfig mask_threshold={self.mask_threshold}: expected a finite logit"

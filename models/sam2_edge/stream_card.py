@@ -33,6 +33,7 @@ STREAM_OPTION_NAMES = (
     "non_overlap_memory",
     "memory_min_score",
     "memory_min_iou",
+    "memory_stride",
     "multimask_tracking",
     "mask_threshold",
     "fill_hole_area",
