@@ -146,3 +146,25 @@ def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
         assert prior.model == model and prior.settings == SETTINGS
         assert prior.weight == report["models"][model]["prior"]["weight"]
         assert prior.scenes == 20  # 1 environment x 20 calibration scenes
+
+
+def test_priors_of_several_seeds_pool_their_counts_and_cross_fits() -> None:
+    from edgekit.lens_prior import pool_priors
+
+    fits = [misleading_captures(seed=s, scenes=8 + 4 * s) for s in range(3)]
+    runs = [SettingPrior.fit(sc, co, SETTINGS).to_json() for sc, co in fits]
+    pooled = pool_priors(runs, "photo-vit onnx-fp32")
+    every = np.concatenate([co.reshape(-1, 27) for _, co in fits])
+    assert pooled.scenes == len(every) and pooled.model == "photo-vit onnx-fp32"
+    np.testing.assert_allclose(pooled.accuracy, smoothed_accuracy(every))
+    scenes = [SettingPrior.load_json(r).scenes for r in runs]
+    mean = {
+        w: sum(dict(r["cross_fit"])[w] * n for r, n in zip(runs, scenes, strict=True))
+        for w in PRIOR_WEIGHTS
+    }
+    assert mean[pooled.weight] == max(mean.values())
+    other = {**runs[0], "settings": SETTINGS[::-1]}
+    with pytest.raises(InputError, match="cannot be pooled"):
+        pool_priors([runs[0], other])
+    with pytest.raises(InputError, match="at least one run"):
+        pool_priors([])

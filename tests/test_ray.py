@@ -259,6 +259,25 @@ def test_eval_grid_runs_torch_and_bundles_as_tasks(cluster):
     assert report["ray"]["failed"] == 1
 
 
+@needs_ray
+def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
+    from edgekit.cli_ray import print_lens
+    from edgekit.console import wide_console
+    from edgekit.lens_prior import SettingPrior
+    from edgekit.lens_report import prior_path
+    from edgekit.ray_fanout import eval_lens_ray
+
+    targets = (("photo-cnn", "onnx-fp32"),)
+    report = eval_lens_ray(2, ["dim-room"], 1, progress=False, targets=targets)
+    entry = report["models"]["photo-cnn onnx-fp32"]
+    assert [run["seed"] for run in entry["runs"]] == [0, 1] and report["failed_seeds"] == []
+    pooled = SettingPrior.load_json(entry["prior"])
+    assert pooled.scenes == sum(SettingPrior.load_json(r["prior"]).scenes for r in entry["runs"])
+    print_lens(report, tmp_path, wide_console())
+    saved = SettingPrior.load(prior_path(tmp_path, "wide-range", "photo-cnn onnx-fp32"))
+    assert saved.weight == pooled.weight and saved.scenes == 2 * 20
+
+
 # ---- without Ray ------------------------------------------------------------------------------
 def test_without_ray_the_ray_paths_raise_one_clear_error(monkeypatch, tiny):
     import typer

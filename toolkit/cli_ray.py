@@ -282,13 +282,14 @@ def print_eval(report: dict[str, Any], console: Any) -> None:
 
 def print_lens(report: dict[str, Any], out: Path, console: Any) -> None:
     """The Lens report's tables, checks and notes (as ``edgekit eval lens``), written to
-    ``out/lens.json`` and ``out/lens.png``."""
+    ``out/lens.json`` and ``out/lens.png``, and each bundle's deployable Lens prior."""
     from edgekit.benchtable import write_report
-    from edgekit.lens_report import lens_checks, lens_plot, print_report, summarise
+    from edgekit.lens_report import lens_checks, lens_plot, print_report, summarise, write_priors
 
     report["summary"] = summarise(report)
     report["checks"] = lens_checks(report)
     write_report(report, out / "lens.json")
+    write_priors(report, out)
     lens_plot(report, out / "lens.png")
     print_report(report, console)
     facts = report.get("ray") or {}

@@ -52,6 +52,7 @@ from edgekit.lens_captures import (
     scene_crops,
 )
 from edgekit.lens_diagnostics import visit_diagnostics
+from edgekit.lens_prior import pool_priors
 from edgekit.visit import VARIANTS, fused_prediction
 
 # (model, target[, recipe]): each classifier as trained by default (exposure-augmented) and by
@@ -347,8 +348,8 @@ def evaluate_seed(
             )  # fmt: skip
             fused = fused_prediction(calib["grid_pred"], calib["grid_score"], taken)
             calibration[name] = float(np.mean(fused == calib_labels[None]))
-    prior, cross_fit = fit_prior(calib, calib_labels, variant)
-    for w, acc in cross_fit.items():
+    prior = fit_prior(calib, calib_labels, variant)
+    for w, acc in prior.cross_fit.items():
         calibration[f"lens K=27 prior weight {w:g} (cross-fitted)"] = acc
     prior_rows = [(27, None)] + [
         (k, selected_strategy(calibration, k)) for k in ks if k < correct.shape[2] and calib_caps
@@ -380,18 +381,15 @@ def evaluate_seed(
     }
 
 
-def fit_prior(
-    calib: dict[str, np.ndarray], calib_labels: np.ndarray, variant: str = "top1"
-) -> tuple[Any, dict[float, float]]:
-    """A SettingPrior over the paper grid fitted on scored calibration captures (``calib`` from
-    score_captures, "grid_score" (E, S, 27) of ``variant``; ``calib_labels`` (S,)), and the
-    cross-fitted Lens K=27 accuracy of every candidate weight (lens_prior.choose_weight)."""
-    from edgekit.lens_prior import SettingPrior, choose_weight
+def fit_prior(calib: dict[str, np.ndarray], calib_labels: np.ndarray, variant: str = "top1") -> Any:
+    """A lens_prior.SettingPrior over the paper grid fitted on scored calibration captures
+    (``calib`` from score_captures, "grid_score" (E, S, 27) of ``variant``; ``calib_labels``
+    (S,)), its weight cross-fitted (``cross_fit``: every candidate weight's accuracy)."""
+    from edgekit.lens_prior import SettingPrior
 
     correct = calib["grid_pred"] == np.asarray(calib_labels)[None, :, None]  # (E, S, 27)
     settings = [s.describe() for s in paper_grid()]
-    _, cross_fit = choose_weight(calib["grid_score"], correct, variant)
-    return SettingPrior.fit(calib["grid_score"], correct, settings, variant), cross_fit
+    return SettingPrior.fit(calib["grid_score"], correct, settings, variant)
 
 
 def run_lens_bench(
@@ -411,7 +409,6 @@ def run_lens_bench(
     ks = sorted(set(config.ks))
     sessions = {name: b.session() for name, b in bundles.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sessions}
-    pooled: dict[str, list[tuple[dict[str, np.ndarray], np.ndarray]]] = {n: [] for n in sessions}
     steps = len(config.seeds) * (len(envs) + len(sessions)) + len(sessions)
     started = time.perf_counter()
     with step_progress("lens bench", steps, progress) as step:
@@ -452,7 +449,6 @@ def run_lens_bench(
                         ),
                     }
                 )
-                pooled[name].append((scored_calib, calib_labels))
                 step(f"seed {seed}: scored {name}")
     return {
         "schema": "edgekit.lens-bench/1",
@@ -474,25 +470,10 @@ def run_lens_bench(
             name: {
                 "runs": r,
                 "timing_s": times[name],
-                "prior": pooled_prior(pooled[name], config.variant, name),
+                "prior": pool_priors([run["prior"] for run in r], name).to_json(),
             }
             for name, r in runs.items()
         },
         "notes": notes,
         "elapsed_s": time.perf_counter() - started,
     }
-
-
-def pooled_prior(
-    scored: list[tuple[dict[str, np.ndarray], np.ndarray]], variant: str, model: str
-) -> dict[str, Any]:
-    """The deployable prior of one classifier (JSON): fitted on the calibration captures of
-    every seed together (``scored``: (score_captures output, labels) per seed)."""
-    calib = {
-        key: np.concatenate([c[key] for c, _ in scored], axis=1)
-        for key in ("grid_score", "grid_pred")
-    }
-    labels = np.concatenate([lab for _, lab in scored])
-    prior, _ = fit_prior(calib, labels, variant)
-    prior.model = model
-    return prior.to_json()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,8 @@ class SettingPrior:
     """A calibrated prior over a Lens grid. ``accuracy`` (N,) smoothed calibration accuracy per
     setting, ``weight`` its weight against log VisiT, ``settings`` the grid it belongs to
     (``CaptureSettings.describe()`` strings), ``variant`` the VisiT variant it was chosen with,
-    ``scenes`` how many calibration captures per setting it was fitted on."""
+    ``scenes`` how many calibration captures per setting it was fitted on, ``cross_fit`` the
+    cross-fitted Lens K=27 accuracy of every candidate weight it was chosen from."""
 
     accuracy: np.ndarray
     weight: float
@@ -113,6 +114,7 @@ class SettingPrior:
     variant: str = "top1"
     scenes: int = 0
     model: str | None = None
+    cross_fit: dict[float, float] = field(default_factory=dict)
 
     @classmethod
     def fit(
@@ -125,11 +127,12 @@ class SettingPrior:
     ) -> SettingPrior:
         """Fit on calibration captures ``scores``/``correct`` (E, S, N): the weight by
         ``choose_weight``, the accuracy on all of them."""
-        weight, _ = choose_weight(scores, correct, variant)
+        weight, cross_fit = choose_weight(scores, correct, variant)
         flat = np.asarray(correct, bool).reshape(-1, np.shape(correct)[-1])
         if len(settings) != flat.shape[1]:
             raise InputError(f"{len(settings)} settings for {flat.shape[1]} grid columns")
-        return cls(smoothed_accuracy(flat), weight, list(settings), variant, flat.shape[0], model)
+        acc = smoothed_accuracy(flat)
+        return cls(acc, weight, list(settings), variant, flat.shape[0], model, cross_fit)
 
     def check_grid(self, settings: list[str]) -> None:
         """Refuse a grid other than the one the prior was fitted on (InputError naming both)."""
@@ -157,6 +160,7 @@ class SettingPrior:
             "scenes": self.scenes,
             "settings": self.settings,
             "accuracy": [round(float(a), 6) for a in self.accuracy],
+            "cross_fit": [[w, round(a, 6)] for w, a in self.cross_fit.items()],
         }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
@@ -194,6 +198,34 @@ class SettingPrior:
             raise InputError(f"{source}: 'weight' must be >= 0, got {raw.get('weight')}")
         variant = raw.get("variant", "top1")
         visit_quality(np.zeros(1), variant)  # an unknown variant: InputError
-        return cls(
-            acc, weight, list(settings), variant, int(raw.get("scenes", 0)), raw.get("model")
-        )
+        try:
+            cross_fit = {float(w): float(a) for w, a in raw.get("cross_fit", [])}
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{source}: 'cross_fit' must be [[weight, accuracy], ...]") from exc
+        scenes = int(raw.get("scenes", 0))
+        return cls(acc, weight, list(settings), variant, scenes, raw.get("model"), cross_fit)
+
+
+def pool_priors(runs: list[dict[str, Any]], model: str | None = None) -> SettingPrior:
+    """One prior from several runs' prior JSONs (one per simulator seed, each with its
+    "cross_fit" [[weight, accuracy], ...] from ``choose_weight``): the settings' counts summed,
+    the weight with the best scene-weighted mean cross-fitted accuracy (ties: the smaller).
+    Runs must share the grid and the VisiT variant."""
+    if not runs:
+        raise InputError("pooling a Lens prior needs at least one run")
+    priors = [SettingPrior.load_json(r, "a run's Lens prior") for r in runs]
+    for p in priors[1:]:
+        if p.settings != priors[0].settings or p.variant != priors[0].variant:
+            raise InputError("Lens priors of different grids or VisiT variants cannot be pooled")
+    n = sum(p.scenes for p in priors)
+    right = sum(np.round(p.accuracy * (p.scenes + 2) - 1) for p in priors)  # (N,) exact counts
+    tables = [p.cross_fit for p in priors]
+    weights = sorted(set.intersection(*(set(t) for t in tables)))
+    if not weights:
+        raise InputError("the runs' Lens priors share no cross-fitted weight")
+    score = {w: sum(t[w] * p.scenes for t, p in zip(tables, priors, strict=True)) for w in weights}
+    best = max(score.values())
+    weight = min(w for w in weights if score[w] >= best - 1e-9)
+    return SettingPrior(
+        (right + 1.0) / (n + 2.0), weight, priors[0].settings, priors[0].variant, n, model
+    )

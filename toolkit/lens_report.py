@@ -329,6 +329,17 @@ def print_report(report: dict[str, Any], console: Any) -> None:
         console.print(f"note: {note}")
 
 
+def write_priors(report: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Save each bundle's deployable prior of ``report`` (``prior_path``); returns the paths."""
+    from edgekit.lens_prior import SettingPrior
+
+    scene_set = report["config"].get("scene_set", "wide-range")
+    return [
+        SettingPrior.load_json(entry["prior"]).save(prior_path(out_dir, scene_set, model))
+        for model, entry in report["models"].items()
+    ]
+
+
 def prior_path(out_dir: str | os.PathLike[str], scene_set: str, model: str) -> Path:
     """Where ``eval lens`` writes a classifier's deployable prior: <out>/lens-<set>-prior-
     <model, with ':' and spaces as '-'>.json (``run lens --prior`` reads it)."""
@@ -354,7 +365,6 @@ def eval_lens(
     from edgekit.console import wide_console
     from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
     from edgekit.lens_captures import SCENE_SETS, resolve_scene_set
-    from edgekit.lens_prior import SettingPrior
 
     targets = lens_targets(models or [])
 
@@ -376,8 +386,7 @@ def eval_lens(
         report["summary"] = summarise(report)
         report["checks"] = lens_checks(report)
         write_report(report, out / f"lens-{scene_set}.json")
-        for model, entry in report["models"].items():
-            SettingPrior.load_json(entry["prior"]).save(prior_path(out, scene_set, model))
+        write_priors(report, out)
         lens_plot(report, out / f"lens-{scene_set}.png")
         print_report(report, console)
         console.print(

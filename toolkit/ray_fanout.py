@@ -365,6 +365,7 @@ def eval_lens_ray(
     node). A seed that still fails after its retries is listed in ``failed_seeds`` and the
     notes. Each node builds (trains, exports) the Lens bundles once into its own cache."""
     from edgekit.lens_bench import BENCH_TARGETS, bench_bundles
+    from edgekit.lens_prior import pool_priors
 
     require_ray(f"--ray {address}")
     targets = targets or BENCH_TARGETS
@@ -383,6 +384,7 @@ def eval_lens_ray(
     report = done[0]
     for name, entry in report["models"].items():
         entry["runs"] = [run for v in done for run in v["models"][name]["runs"]]
+        entry["prior"] = pool_priors([run["prior"] for run in entry["runs"]], name).to_json()
     report["config"]["seeds"] = [s for s in range(seeds) if errors[s] is None]
     report["failed_seeds"] = [{"seed": s, "error": e} for s, e in enumerate(errors) if e]
     report["notes"] = list(report.get("notes") or [])
