@@ -253,7 +253,7 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     assert lens_table(report).row_count == len(expected)
     env_table = environment_table(report)
     assert env_table.row_count == len(report["config"]["environments"])
-    assert len(env_table.columns) == 2 + 4 * len(summarise(report))
+    assert len(env_table.columns) == 2 + 5 * len(summarise(report))  # ae, bf, K=6, +prior, oracle
     run = report["models"]["photo-cnn onnx-fp32"]["runs"][0]
     for k in (3, 6, 9):  # the selected row repeats the calibration-best strategy's row
         picked = run["methods"][f"lens K={k} selected"]["strategy"]

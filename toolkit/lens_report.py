@@ -172,8 +172,8 @@ def lens_table(report: dict[str, Any]) -> Any:
 
 def environment_table(report: dict[str, Any]) -> Any:
     """A rich Table: top-1 (%) per lighting environment (rows, with lux) for each model's
-    auto-exposure, best-fixed, Lens K=6 (``small_k_method``) and oracle — where Lens wins and
-    where it loses."""
+    auto-exposure, best-fixed, Lens K=6 (``small_k_method``), the same with the calibrated
+    prior (when benchmarked) and oracle — where Lens wins and where it loses."""
     from rich.table import Table
 
     from edgekit.devices.lighting import get_lighting
@@ -181,7 +181,8 @@ def environment_table(report: dict[str, Any]) -> Any:
     summary = summarise(report)
     envs = report["config"]["environments"]
     lens = small_k_method(report) or "lens K=27"
-    methods = ("ae", "best-fixed", lens, "oracle")
+    with_prior = [f"{lens} prior"] if f"{lens} prior" in next(iter(summary.values()), {}) else []
+    methods = ("ae", "best-fixed", lens, *with_prior, "oracle")
     table = Table(title="Top-1 (%) by lighting environment (mean over seeds)")
     table.add_column("Environment")
     table.add_column("lux", justify="right")
@@ -279,7 +280,8 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     summary = summarise(report)
     envs = report["config"]["environments"]
     # the headline methods only (every strategy and variant is in the table and JSON)
-    headline = {"ae", "naive", "best-fixed", "lens K=27", small_k_method(report), "oracle"}
+    small = small_k_method(report)
+    headline = {"ae", "naive", "best-fixed", "lens K=27", small, f"{small} prior", "oracle"}
     fig, axes = plt.subplots(len(summary), 1, figsize=(12, 3.6 * len(summary)), squeeze=False)
     for ax, (model, methods) in zip(axes[:, 0], summary.items(), strict=True):
         shown = [m for m, row in methods.items() if row.get("by_env") and m in headline]
