@@ -96,6 +96,9 @@ def test_score_video_and_summary_in_percent() -> None:
     assert summary["J"] == pytest.approx(50.0)
     assert summary["F"] == pytest.approx(50.0)
     assert summary["J&F"] == pytest.approx(50.0)
+    # objects at 100 and 0: sample std 70.7, over sqrt(2) objects
+    assert summary["J&F_se"] == pytest.approx(50.0)
+    assert "J&F_se" not in sm.summarize([sm.score_video(pred[:, :1], truth[:, :1])])
     dropped = sm.score_video(pred, truth, drop_first_last=True)
     assert dropped.j.shape == (2, 2)
 

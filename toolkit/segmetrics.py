@@ -131,13 +131,19 @@ def score_video(
 
 
 def summarize(scores: Sequence[VideoScores]) -> dict[str, float]:
-    """Dataset J, F, J&F in percent: per-object frame means, averaged over all objects."""
+    """Dataset J, F, J&F in percent: per-object frame means, averaged over all objects; with
+    two or more objects also "J&F_se", the standard error of J&F over objects (sample std of
+    the objects' (J + F) / 2 over sqrt(objects)): how far another draw of as many objects
+    could move J&F."""
     if not scores:
         raise InputError("no clips were scored")
     j = np.concatenate([s.object_means()[0] for s in scores])
     f = np.concatenate([s.object_means()[1] for s in scores])
     jm, fm = 100.0 * float(j.mean()), 100.0 * float(f.mean())
-    return {"J": jm, "F": fm, "J&F": (jm + fm) / 2.0, "objects": float(len(j))}
+    out = {"J": jm, "F": fm, "J&F": (jm + fm) / 2.0, "objects": float(len(j))}
+    if len(j) > 1:
+        out["J&F_se"] = 100.0 * float(np.std((j + f) / 2.0, ddof=1) / np.sqrt(len(j)))
+    return out
 
 
 # ---- the click protocol ------------------------------------------------------------------

@@ -126,6 +126,8 @@ def evaluate_graphs(
             five.append(ious[-1])
     summary = segmetrics.summarize(scores)
     metrics = {"J&F": summary["J&F"], "J": summary["J"], "F": summary["F"]}
+    if "J&F_se" in summary:  # standard error over objects (segmetrics.summarize)
+        metrics["J&F_se"] = summary["J&F_se"]
     for case in C.CASES:
         if case in by_case:
             metrics[f"J&F_{case}"] = segmetrics.summarize(by_case[case])["J&F"]
