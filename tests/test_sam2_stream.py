@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sam2_fake_graphs import FakeGraphs, S, frame
 
 from edgekit import sam2_graphs as G
 from edgekit.errors import InputError
@@ -12,77 +13,10 @@ from edgekit.sam2_stream import (
     Prompt,
     SAM2Stream,
     StreamConfig,
-    fill_holes,
     from_bfloat16_bits,
-    non_overlapping_logits,
     resize_bilinear,
     to_bfloat16_bits,
 )
-
-S, C, CM, H = 64, 8, 2, 4  # fake model: input 64, width 8, memory width 2, 4x4 embedding
-
-
-class FakeGraphs:
-    """A scripted graph set that records every call; decoder scores follow ``scores``."""
-
-    def __init__(self, scores=(), iou=(0.1, 0.2, 0.9, 0.3), stable=True) -> None:
-        self.scores = list(scores)
-        self.iou = np.array([iou], np.float32)
-        self.stable = stable
-        self.calls: dict[str, list[dict]] = {g: [] for g in G.GRAPH_NAMES}
-        self.frame = -1
-
-    def set(self) -> dict:
-        return {name: self._make(name) for name in G.GRAPH_NAMES}
-
-    def _make(self, name):
-        def run(feeds):
-            self.calls[name].append({k: np.array(v) for k, v in feeds.items()})
-            return getattr(self, name)(feeds)
-
-        return run
-
-    def image_encoder(self, feeds):
-        assert feeds["image"].shape == (1, 3, S, S) and feeds["image"].dtype == np.float32
-        self.frame += 1
-        z = np.zeros((1, C, H, H), np.float32)
-        return {
-            "image_embed": z + self.frame,
-            "image_embed_nomem": z - 1,
-            "image_pos": z,
-            "feat_s0": np.zeros((1, C // 8, 4 * H, 4 * H), np.float32),
-            "feat_s1": np.zeros((1, C // 4, 2 * H, 2 * H), np.float32),
-        }
-
-    def memory_attention(self, feeds):
-        return {"pix_feat": feeds["image_embed"] + 100}
-
-    def mask_decoder(self, feeds):
-        n = len(self.calls[G.MASK_DECODER])
-        score = self.scores[n - 1] if n - 1 < len(self.scores) else 1.0
-        masks = np.full((1, 4, 4 * H, 4 * H), -5.0, np.float32)
-        for k in range(4):  # token k marks a k+1 pixels wide left band
-            masks[0, k, :, : k + 1] = 5.0
-        if not self.stable:  # token 0 logits hover around zero: unstable
-            masks[0, 0] = 0.01
-        ptrs = np.stack([np.full(C, 10 * n + k, np.float32) for k in range(4)])[None]
-        return {
-            "low_res_masks": masks,
-            "iou_pred": self.iou,
-            "obj_ptrs": ptrs,
-            "object_score_logits": np.array([[score]], np.float32),
-        }
-
-    def memory_encoder(self, feeds):
-        mem = np.full((1, CM, H, H), float(feeds["image_embed"].flat[0]), np.float32)
-        return {"mem_feats": mem, "mem_pos": np.ones((1, CM, H, H), np.float32)}
-
-    def mask_prompt(self, feeds):
-        return {"mask_input": np.zeros((1, 1, 4 * H, 4 * H), np.float32)}
-
-
-def frame(h=48, w=80, seed=0):
-    return np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)
 
 
 def test_memory_bank_feeds_follow_sam2_indexing():
@@ -107,27 +41,6 @@ def test_memory_bank_feeds_follow_sam2_indexing():
         assert feeds["mem_pos"].shape == feeds["mem_feats"].shape
     last = calls[-1]
     assert last["mem_feats"].shape[0] == 7 and last["obj_ptrs"].shape[0] == 16
-
-
-def test_memory_stride_feeds_sam2s_strided_frames_and_stays_bounded():
-    from edgekit.sam2_stream import memory_slots
-
-    assert memory_slots(9, 7) == {8: 1, 7: 2, 6: 3, 5: 4, 4: 5, 3: 6}  # stride 1: t - i
-    # stride 2 (SAM 2's formula): slot 1 = t-1, slot i >= 2 = ((t-2)//2)*2 - (i-2)*2
-    assert memory_slots(9, 7, 2) == {8: 1, 6: 2, 4: 3, 2: 4, 0: 5}
-    assert memory_slots(10, 7, 3) == {9: 1, 6: 2, 3: 3, 0: 4}
-    fake = FakeGraphs()
-    cfg = StreamConfig(image_size=S, max_obj_ptrs=16, memory_dtype="float32", memory_stride=2)
-    stream = SAM2Stream(fake.set(), cfg)
-    stream.start(frame(), {7: Prompt(points=[[10, 20]], labels=[1])})
-    for _ in range(40):
-        stream.track(frame())
-    for t, feeds in enumerate(fake.calls[G.MEMORY_ATTENTION], start=1):
-        want = sorted((f, i) for f, i in memory_slots(t, 7, 2).items() if f >= 1)  # 0: cond
-        stored = [int(v) for v in feeds["mem_feats"][:, 0, 0, 0]]
-        assert stored == [0] + [f for f, _ in want]
-        assert list(feeds["mem_tpos_idx"]) == [6] + [i - 1 for _, i in want]
-    assert stream.memory_stats()[7]["recent_frames"] == (7 - 2) * 2 + 1  # the window, bounded
 
 
 def test_multimask_choice_stability_fallback_and_pointer_token():
@@ -400,124 +313,3 @@ def test_stream_through_exported_graphs_matches_torch(micro_onnx, runtime):
 
 
 # ---- inference-time options (off by default: SAM 2's predictor) --------------------------------
-def _stored_frames(feeds) -> list[int]:
-    return [int(v) for v in feeds["mem_feats"][:, 0, 0, 0]]
-
-
-def test_memory_selection_keeps_confident_frames_at_slots_by_rank():
-    scores = [2.0, 1.0, -3.0, -1.0, 4.0, 3.0]  # frames 2 and 3: object lost
-    runs = {}
-    for name, cfg in {
-        "sam2": StreamConfig(image_size=S, memory_dtype="float32"),
-        "select": StreamConfig(image_size=S, memory_dtype="float32", memory_min_score=0.0),
-    }.items():
-        fake = FakeGraphs(scores=scores)
-        stream = SAM2Stream(fake.set(), cfg)
-        stream.start(frame(), {1: Prompt(points=[[1, 1]], labels=[1])})
-        for _ in range(5):
-            stream.track(frame())
-        runs[name] = fake.calls[G.MEMORY_ATTENTION][-1]  # conditioning frame 5
-    assert _stored_frames(runs["sam2"]) == [0, 1, 2, 3, 4]
-    assert list(runs["sam2"]["mem_tpos_idx"]) == [6, 3, 2, 1, 0]
-    # frames 2 and 3 never entered the bank; frame 4 is slot 0, frame 1 slot 1
-    assert _stored_frames(runs["select"]) == [0, 1, 4]
-    assert list(runs["select"]["mem_tpos_idx"]) == [6, 1, 0]
-    np.testing.assert_array_equal(
-        runs["select"]["obj_ptr_tpos"], np.array([5, 1, 2], np.float32) / np.float32(15)
-    )
-
-
-def test_memory_selection_by_predicted_iou_keeps_corrections():
-    fake = FakeGraphs()  # the chosen multimask token predicts IoU 0.9
-    cfg = StreamConfig(image_size=S, memory_min_iou=0.95)
-    stream = SAM2Stream(fake.set(), cfg)
-    stream.start(frame(), {1: Prompt(points=[[1, 1]], labels=[1])})
-    for _ in range(3):
-        stream.track(frame())
-    assert stream.memory_stats()[1]["recent_frames"] == 0
-    assert _stored_frames(fake.calls[G.MEMORY_ATTENTION][-1]) == [0]
-    stream.add_prompt(1, points=[[2, 2]], labels=[1])  # a user's correction is always kept
-    assert stream.memory_stats()[1]["recent_frames"] == 1
-    loose = SAM2Stream(FakeGraphs().set(), StreamConfig(image_size=S, memory_min_iou=0.5))
-    loose.start(frame(), {1: Prompt(points=[[1, 1]], labels=[1])})
-    for _ in range(3):
-        loose.track(frame())
-    assert loose.memory_stats()[1]["recent_frames"] == 3
-
-
-def test_non_overlapping_logits_keep_only_the_highest_object():
-    a = np.array([[5.0, -2.0], [3.0, -20.0]], np.float32)
-    b = np.array([[4.0, 1.0], [3.0, -30.0]], np.float32)
-    out = non_overlapping_logits(np.stack([a, b]))
-    np.testing.assert_array_equal(out[0], [[5.0, -10.0], [3.0, -20.0]])  # tie: first object
-    np.testing.assert_array_equal(out[1], [[-10.0, 1.0], [-10.0, -30.0]])
-
-
-def test_non_overlap_options_act_on_outputs_and_memory():
-    prompts = {1: Prompt(points=[[1, 1]], labels=[1]), 2: Prompt(points=[[2, 2]], labels=[1])}
-    results = {}
-    for name, cfg in {
-        "sam2": StreamConfig(image_size=S),
-        "out": StreamConfig(image_size=S, non_overlap=True),
-        "mem": StreamConfig(image_size=S, non_overlap_memory=True),
-    }.items():
-        fake = FakeGraphs()  # both objects get the same band: object 1 wins every tie
-        stream = SAM2Stream(fake.set(), cfg)
-        stream.start(frame(h=S, w=S), prompts)
-        results[name] = (stream.track(frame(h=S, w=S)), fake)
-    sam2, _ = results["sam2"]
-    assert sam2.masks[1].any() and sam2.masks[2].any()
-    for name in ("out", "mem"):
-        res, fake = results[name]
-        assert np.array_equal(res.masks[1], sam2.masks[1]) and not res.masks[2].any()
-    memory_logits = [c["mask_logits"].max() for c in results["out"][1].calls[G.MEMORY_ENCODER]]
-    assert memory_logits[-1] == 5.0  # outputs only: object 2's memory keeps its mask
-    memory_logits = [c["mask_logits"].max() for c in results["mem"][1].calls[G.MEMORY_ENCODER]]
-    assert memory_logits[-1] <= -5.0  # clamped where object 1 wins
-
-
-def test_fill_holes_and_sprinkles_like_sam2():
-    logits = np.full((12, 12), -4.0, np.float32)
-    logits[1:8, 1:8] = 3.0
-    logits[4, 4] = -1.0  # a one-pixel hole
-    logits[10, 9:11] = 2.0  # a two-pixel sprinkle
-    out = fill_holes(logits, 1, 2)
-    assert out[4, 4] == np.float32(0.1) and (out[10, 9:11] == np.float32(-0.1)).all()
-    assert (out[1:8, 1:8][out[1:8, 1:8] != np.float32(0.1)] == 3.0).all()
-    assert (out[logits == -4.0] == -4.0).all()  # the large background is no hole
-    np.testing.assert_array_equal(fill_holes(logits, 0, 0), logits)
-    assert fill_holes(logits, 1, 0)[10, 9] == 2.0 and fill_holes(logits, 0, 2)[4, 4] == -1.0
-
-
-def test_mask_threshold_fill_holes_and_single_mask_tracking_in_the_stream():
-    def tracked(**options):
-        stream = SAM2Stream(FakeGraphs().set(), StreamConfig(image_size=S, **options))
-        stream.start(frame(h=S, w=S), {1: Prompt(points=[[1, 1]], labels=[1])})
-        return stream.track(frame(h=S, w=S)).masks[1]
-
-    band = tracked()
-    assert band[:, :12].all() and not band[:, 12:].any()  # token 2: a 3 px low-res band
-    assert not tracked(mask_threshold=6.0).any()  # logits are +-5
-    single = tracked(multimask_tracking=False)  # token 0: a 1 px low-res band
-    assert single[:, :4].all() and not single[:, 4:].any()
-    assert not tracked(remove_sprinkle_area=3 * 16).any()  # the 3 x 16 band is a sprinkle
-    assert np.array_equal(tracked(fill_hole_area=3), band)
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [
-        {"fill_hole_area": -1},
-        {"remove_sprinkle_area": 1.5},
-        {"memory_min_iou": 1.5},
-        {"memory_min_score": float("nan")},
-        {"mask_threshold": float("inf")},
-        {"memory_stride": 0},
-        {"memory_stride": 1.5},
-    ],
-)
-def test_bad_stream_options_are_refused(bad):
-    with pytest.raises(InputError, match=next(iter(bad))):
-        StreamConfig(image_size=S, **bad)
-    with pytest.raises(InputError, match="memory_stride=2 places memory frames by time"):
-        StreamConfig(image_size=S, memory_stride=2, memory_min_iou=0.5)
