@@ -163,6 +163,7 @@ def test_priors_of_several_seeds_pool_their_counts_and_cross_fits() -> None:
         for w in PRIOR_WEIGHTS
     }
     assert mean[pooled.weight] == max(mean.values())
+    assert pooled.cross_fit == pytest.approx({w: m / pooled.scenes for w, m in mean.items()})
     other = {**runs[0], "settings": SETTINGS[::-1]}
     with pytest.raises(InputError, match="cannot be pooled"):
         pool_priors([runs[0], other])

@@ -226,6 +226,6 @@ def pool_priors(runs: list[dict[str, Any]], model: str | None = None) -> Setting
     score = {w: sum(t[w] * p.scenes for t, p in zip(tables, priors, strict=True)) for w in weights}
     best = max(score.values())
     weight = min(w for w in weights if score[w] >= best - 1e-9)
-    return SettingPrior(
-        (right + 1.0) / (n + 2.0), weight, priors[0].settings, priors[0].variant, n, model
-    )
+    cross_fit = {w: score[w] / n for w in weights}  # the seeds' scene-weighted mean
+    acc = (right + 1.0) / (n + 2.0)
+    return SettingPrior(acc, weight, priors[0].settings, priors[0].variant, n, model, cross_fit)

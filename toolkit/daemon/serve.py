@@ -134,15 +134,14 @@ def attach_lens_prior(pipes: list[Any], path: str | os.PathLike[str] | None, cam
     if path is None:
         return
     from edgekit.daemon.pipelines import LensPipeline
-    from edgekit.lens import camera_grid
+    from edgekit.lens import LensController, camera_grid
     from edgekit.lens_prior import SettingPrior
 
     lens = [p for p in pipes if isinstance(p, LensPipeline)]
     if not lens:
         raise InputError("--lens-prior needs a lens pipeline (e.g. --pipeline lens,classify)")
     prior = SettingPrior.load(path)
-    if prior.variant != "top1":
-        raise InputError(f"the daemon's Lens uses VisiT 'top1'; {path} is for '{prior.variant}'")
-    prior.check_grid([s.describe() for s in camera_grid(camera.capabilities())])
+    # the pipeline's controller, built now: a prior of another grid or VisiT variant fails here
+    LensController(None, camera, camera_grid(camera.capabilities()), prior=prior)
     for pipe in lens:
         pipe.prior = prior
