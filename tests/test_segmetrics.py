@@ -157,3 +157,17 @@ def test_interactive_iou_runs_the_click_loop() -> None:
     assert ious[-1] > ious[0]
     perfect = sm.interactive_iou(lambda clicks: truth, truth, clicks=5)
     assert perfect == [1.0] * 5
+
+
+def test_paired_difference_counts_objects_and_its_error_is_the_paired_one() -> None:
+    a = np.array([0.2, 0.9, 0.5, 0.7])
+    b = a + np.array([0.1, 0.0, 0.3, -0.2])
+    row = sm.paired_difference(a, b)
+    assert row["A"] == pytest.approx(57.5) and row["B"] == pytest.approx(62.5)
+    assert row["delta"] == pytest.approx(5.0)
+    assert row["delta_se"] == pytest.approx(100 * np.std([0.1, 0.0, 0.3, -0.2], ddof=1) / 2)
+    assert (row["better"], row["worse"], row["tied"], row["objects"]) == (2, 1, 1, 4)
+    # B = A + a constant: the unpaired spread is large, the paired error is zero
+    assert sm.paired_difference(a, a + 0.05)["delta_se"] == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(InputError, match="equal-length"):
+        sm.paired_difference(a, b[:3])

@@ -67,9 +67,17 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
         ] = None,
         option: OptionsArg = None,
+        against: Annotated[
+            list[str] | None,
+            typer.Option(
+                help="SAM 2 cards: paired comparison, B = these KEY=VALUE options on top of "
+                "A's (repeat); both track the same objects, Delta J&F +- its paired SE"
+            ),
+        ] = None,
     ) -> None:
         """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
-        With --ray, the torch reference and every bundle x runtime run as Ray tasks."""
+        With --ray, the torch reference and every bundle x runtime run as Ray tasks.
+        With --against, compare two settings of a SAM 2 card object by object."""
         if ray:
             from edgekit.cli_ray import eval_on_ray
 
@@ -123,6 +131,14 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 b.sessions(runtime=runtime),
                 f"{b.target} on {runtime or b.default_runtime()}",
             )
+        if against:
+            from rich.markup import escape
+
+            from edgekit.cli_sam2 import paired_table
+
+            table = paired_table(card, runners, label, parse_options(against), bundle is not None)
+            console().print(escape(table), soft_wrap=True)
+            return
         metrics = card.evaluate(runners)
         for key, value in metrics.items():
             console().print(f"{model} [{label}] {key}: {value:.4f}")

@@ -1,4 +1,5 @@
-"""CLI command for SAM 2 streaming: ``edgekit bench-stream`` (registered on the app)."""
+"""CLI for SAM 2 streaming: ``edgekit bench-stream`` (registered on the app) and the paired
+comparison that ``edgekit eval NAME --against KEY=VALUE`` prints."""
 
 from __future__ import annotations
 
@@ -49,3 +50,43 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         console().print(f"report: {json_path}, plot: {png}")
         if any("error" in r for r in report["results"]):
             raise typer.Exit(1)
+
+
+def paired_table(
+    card: Any, runners: Any, label: str, options: dict[str, Any], from_bundle: bool
+) -> str:
+    """``edgekit eval NAME --against ...``: A = ``card`` on ``runners``, B = the card with
+    ``options`` on top (torch: its own graphs; a bundle: the same graphs, so only stream
+    options may change); returns evaluation.format_paired's table with a title."""
+    from edgekit.errors import InputError
+    from edgekit.models.sam2_edge.evaluation import format_paired
+    from edgekit.models.sam2_edge.stream_card import STREAM_OPTION_NAMES
+    from edgekit.verify import reference_runners
+
+    if not hasattr(card, "compare"):
+        raise InputError(
+            f"--against compares two settings of a SAM 2 card on the same clips; "
+            f"'{card.name}' is not one"
+        )
+    other = card.against(options)
+    if from_bundle:
+        weights = sorted(k for k in options if k not in STREAM_OPTION_NAMES)
+        if weights:
+            raise InputError(
+                f"with --bundle, --against may change only stream options "
+                f"({', '.join(STREAM_OPTION_NAMES)}); {', '.join(weights)} would need other "
+                "graphs: compare on torch instead"
+            )
+        other_runners = runners
+    else:
+        other_runners = reference_runners(other)
+    rows = card.compare(runners, other, other_runners)
+    given = ", ".join(f"{k}={v}" for k, v in card.options.items()) or "the card's options"
+    changed = ", ".join(f"{k}={v}" for k, v in options.items())
+    clips = len(card.heldout())
+    which = str(card.options.get("eval_set", "heldout")).replace("heldout", "held-out")
+    title = (
+        f"{card.name} [{label}], paired on {clips} {which} clips "
+        f"({rows['J&F']['objects']:.0f} objects): A = {given}; B = A with {changed}"
+    )
+    return format_paired(rows, title)

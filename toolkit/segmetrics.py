@@ -146,6 +146,40 @@ def summarize(scores: Sequence[VideoScores]) -> dict[str, float]:
     return out
 
 
+def object_scores(scores: Sequence[VideoScores]) -> np.ndarray:
+    """Per-object J&F (fraction, not percent) of clips in order: (objects,) float64."""
+    if not scores:
+        raise InputError("no clips were scored")
+    return np.concatenate([(s.object_means()[0] + s.object_means()[1]) / 2.0 for s in scores])
+
+
+def paired_difference(a: np.ndarray, b: np.ndarray, tie: float = 1e-3) -> dict[str, float]:
+    """How B differs from A on the same objects: per-object J&F ``a``, ``b`` (N,) fractions.
+
+    Returns percent "A", "B", "delta" (B - A) and "delta_se", the standard error of the mean
+    per-object difference (sample std over sqrt(N); pairing removes the spread between
+    objects that the unpaired J&F_se carries), "objects", and how many objects B scored
+    higher / lower / within ``tie`` of A ("better", "worse", "tied").
+    """
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or len(a) == 0:
+        raise InputError(
+            f"paired scores need two equal-length 1-D arrays, got shapes {a.shape} and {b.shape}"
+        )
+    d = b - a
+    se = float(np.std(d, ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return {
+        "A": 100.0 * float(a.mean()),
+        "B": 100.0 * float(b.mean()),
+        "delta": 100.0 * float(d.mean()),
+        "delta_se": 100.0 * se,
+        "objects": float(len(d)),
+        "better": float((d > tie).sum()),
+        "worse": float((d < -tie).sum()),
+        "tied": float((np.abs(d) <= tie).sum()),
+    }
+
+
 # ---- the click protocol ------------------------------------------------------------------
 def _farthest_from_boundary(region: np.ndarray) -> tuple[int, int]:
     """(x, y) of the pixel of ``region`` farthest from its outside (the image edge counts as

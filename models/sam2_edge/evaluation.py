@@ -139,6 +139,53 @@ def evaluate_graphs(
     return metrics
 
 
+def track_scores(
+    graphs: Mapping, clips: Sequence[C.Clip], config: StreamConfig
+) -> list[segmetrics.VideoScores]:
+    """Per clip, J and F of every object tracked from its frame-0 mask (first and last
+    frames dropped), streamed over ``graphs`` with ``config``."""
+    stream = SAM2Stream(graphs, config)
+    return [
+        segmetrics.score_video(track_clip(stream, clip, "mask")[0], clip.masks, True)
+        for clip in clips
+    ]
+
+
+def compare_paired(
+    a: tuple[Mapping, StreamConfig],
+    b: tuple[Mapping, StreamConfig],
+    clips: Sequence[C.Clip],
+) -> dict[str, dict[str, float]]:
+    """B against A on the same ``clips``, each (graph set, StreamConfig): per row ("J&F" over
+    all objects, then "J&F_<case>" per motion case), segmetrics.paired_difference of the
+    per-object J&F (frame-0 mask prompts, as ``evaluate_graphs``)."""
+    scores_a, scores_b = (track_scores(g, clips, config) for g, config in (a, b))
+    rows = {"J&F": (scores_a, scores_b)}
+    for case in C.CASES:
+        picked = [i for i, clip in enumerate(clips) if clip.case == case]
+        if picked:
+            rows[f"J&F_{case}"] = ([scores_a[i] for i in picked], [scores_b[i] for i in picked])
+    return {
+        name: segmetrics.paired_difference(
+            segmetrics.object_scores(sa), segmetrics.object_scores(sb)
+        )
+        for name, (sa, sb) in rows.items()
+    }
+
+
+def format_paired(rows: Mapping[str, Mapping[str, float]], title: str) -> str:
+    """``compare_paired``'s rows as an aligned text table: A, B, B - A +- SE, objects B did
+    better / worse / the same on."""
+    width = max(len(name) for name in rows)
+    head = f"{'':<{width}}  {'A':>6}  {'B':>6}  {'B - A':>13}  better/worse/tied"
+    lines = [title, head, "-" * len(head)]
+    for name, r in rows.items():
+        delta = f"{r['delta']:+.2f} +- {r['delta_se']:.2f}"
+        counts = f"{r['better']:.0f}/{r['worse']:.0f}/{r['tied']:.0f}"
+        lines.append(f"{name:<{width}}  {r['A']:>6.1f}  {r['B']:>6.1f}  {delta:>13}  {counts}")
+    return "\n".join(lines)
+
+
 def format_table(metrics: Mapping[str, float], title: str = "sam2-edge, held-out set") -> str:
     """The metrics as a small aligned text table (percentages with one decimal)."""
     rows = [

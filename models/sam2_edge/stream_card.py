@@ -90,7 +90,7 @@ class StreamingSAM2Card(ModelCard):
     num_maskmem: ClassVar[int] = 7
     max_obj_ptrs: ClassVar[int] = 16
     #: card options that shrink the held-out set (the default is evaluation.HELDOUT_*)
-    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames")
+    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames", "eval_set")
     #: inference-time StreamConfig options (STREAM_OPTION_NAMES) the card streams with;
     #: empty: SAM 2's video predictor exactly
     stream_options: ClassVar[dict[str, Any]] = {}
@@ -190,13 +190,19 @@ class StreamingSAM2Card(ModelCard):
 
     # ---- measuring -------------------------------------------------------------------------
     def heldout(self) -> tuple[C.Clip, ...]:
-        """The held-out clips this card is measured on: options ``eval_clips`` (default
-        evaluation.HELDOUT_CLIPS) and ``eval_frames`` (default evaluation.HELDOUT_FRAMES)."""
+        """The clips this card is measured on: options ``eval_clips`` (default
+        evaluation.HELDOUT_CLIPS) and ``eval_frames`` (default evaluation.HELDOUT_FRAMES) of
+        ``eval_set``: "heldout" (default, evaluation.heldout_clips) or "calibration" (the
+        clips inference-time options are chosen on, evaluation.calibration_clips)."""
         count = int(self.options.get("eval_clips", evaluation.HELDOUT_CLIPS))
         frames = int(self.options.get("eval_frames", evaluation.HELDOUT_FRAMES))
+        which = str(self.options.get("eval_set", "heldout"))
         if count < 1 or frames < 3:
             raise InputError(f"eval_clips must be >= 1 and eval_frames >= 3, got {count}, {frames}")
-        return evaluation.heldout_clips(count, frames)
+        sets = {"heldout": evaluation.heldout_clips, "calibration": evaluation.calibration_clips}
+        if which not in sets:
+            raise InputError(f"unknown eval_set '{which}'; expected one of {', '.join(sets)}")
+        return sets[which](count, frames)
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """Held-out J&F / J / F (percent; first-frame mask prompts as DAVIS / SA-V; per motion
@@ -205,6 +211,35 @@ class StreamingSAM2Card(ModelCard):
         graphs = {name: runner.run for name, runner in runners.items()}
         return evaluation.evaluate_graphs(
             graphs, self.heldout(), self.image_size, self.stream_config()
+        )
+
+    def against(self, options: Mapping[str, Any]) -> StreamingSAM2Card:
+        """This card with ``options`` on top of its own: B of a paired comparison (A = self).
+
+        The clips are A's, so ``options`` may not name EVAL_OPTIONS (InputError)."""
+        shared = sorted(k for k in options if k in self.EVAL_OPTIONS)
+        if shared:
+            raise InputError(
+                f"--against cannot change {', '.join(shared)}: both sides are measured on the "
+                "same clips; set them with --option"
+            )
+        if not options:
+            raise InputError("--against needs at least one KEY=VALUE option for side B")
+        return type(self)(**{**self.options, **options})
+
+    def compare(
+        self,
+        runners: Mapping[str, Runner],
+        other: StreamingSAM2Card,
+        other_runners: Mapping[str, Runner],
+    ) -> dict[str, dict[str, float]]:
+        """Paired comparison on this card's held-out clips: A = ``runners`` streamed with this
+        card's ``stream_config()``, B = ``other_runners`` with ``other``'s. Rows "J&F" and
+        "J&F_<case>", each segmetrics.paired_difference of per-object J&F (percent)."""
+        return evaluation.compare_paired(
+            ({name: r.run for name, r in runners.items()}, self.stream_config()),
+            ({name: r.run for name, r in other_runners.items()}, other.stream_config()),
+            self.heldout(),
         )
 
     def export_extra(self, graphs: list[GraphSpec]) -> dict[str, Any]:
