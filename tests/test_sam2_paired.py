@@ -95,3 +95,10 @@ def test_the_cli_prints_the_paired_table() -> None:
         [exe, *args, "--against", "eval_frames=9"], capture_output=True, text=True, timeout=300
     )
     assert bad.returncode == 2 and "cannot change eval_frames" in bad.stderr
+    lens = subprocess.run(
+        [exe, "eval", "lens", "--against", "memory_stride=2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert lens.returncode == 2 and "does not combine with --ray or `eval lens`" in lens.stderr

@@ -78,6 +78,11 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
         With --ray, the torch reference and every bundle x runtime run as Ray tasks.
         With --against, compare two settings of a SAM 2 card object by object."""
+        if against and (ray or model == "lens"):
+            raise InputError(
+                "--against compares two settings of a SAM 2 card on torch or one bundle; it "
+                "does not combine with --ray or `eval lens`"
+            )
         if ray:
             from edgekit.cli_ray import eval_on_ray
 
