@@ -51,6 +51,8 @@ def test_another_setting_moves_objects_and_the_table_says_which_way(card, runner
     text = evaluation.format_paired(rows, "title")
     assert text.splitlines()[0] == "title" and "better/worse/tied" in text
     assert f"{row['delta']:+.2f} +- {row['delta_se']:.2f}" in text
+    one = {"J&F_exit": {**row, "objects": 1.0, "delta_se": float("nan")}}
+    assert "+- n/a" in evaluation.format_paired(one, "one object")
 
 
 def test_the_calibration_set_and_bad_eval_options() -> None:

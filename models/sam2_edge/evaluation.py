@@ -174,13 +174,14 @@ def compare_paired(
 
 
 def format_paired(rows: Mapping[str, Mapping[str, float]], title: str) -> str:
-    """``compare_paired``'s rows as an aligned text table: A, B, B - A +- SE, objects B did
-    better / worse / the same on."""
+    """``compare_paired``'s rows as an aligned text table: A, B, B - A +- SE ("n/a" for a
+    single object), objects B did better / worse / the same on."""
     width = max(len(name) for name in rows)
     head = f"{'':<{width}}  {'A':>6}  {'B':>6}  {'B - A':>13}  better/worse/tied"
     lines = [title, head, "-" * len(head)]
     for name, r in rows.items():
-        delta = f"{r['delta']:+.2f} +- {r['delta_se']:.2f}"
+        se = "n/a" if np.isnan(r["delta_se"]) else f"{r['delta_se']:.2f}"  # one object
+        delta = f"{r['delta']:+.2f} +- {se}"
         counts = f"{r['better']:.0f}/{r['worse']:.0f}/{r['tied']:.0f}"
         lines.append(f"{name:<{width}}  {r['A']:>6.1f}  {r['B']:>6.1f}  {delta:>13}  {counts}")
     return "\n".join(lines)
