@@ -111,13 +111,12 @@ def evaluate_graphs(
     set on ``clips`` (default: the held-out set) streamed with ``config`` (default:
     ``stream_config(image_size)``, SAM 2's predictor); see the module docstring."""
     clips = heldout_clips() if clips is None else clips
-    stream = SAM2Stream(graphs, config or stream_config(image_size))
-    scores, by_case, clicked = [], {}, []
-    one, five = [], []
-    for clip in clips:
-        masks, _ = track_clip(stream, clip, "mask")
-        video = segmetrics.score_video(masks, clip.masks, drop_first_last=True)
-        scores.append(video)
+    config = config or stream_config(image_size)
+    scores = track_scores(graphs, clips, config)
+    stream = SAM2Stream(graphs, config)
+    by_case: dict[str, list[segmetrics.VideoScores]] = {}
+    clicked, one, five = [], [], []
+    for clip, video in zip(clips, scores, strict=True):
         by_case.setdefault(clip.case, []).append(video)
         masks, _ = track_clip(stream, clip, "click")
         clicked.append(segmetrics.score_video(masks, clip.masks, drop_first_last=True))
