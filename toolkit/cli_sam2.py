@@ -56,8 +56,8 @@ def paired_table(
     card: Any, runners: Any, label: str, options: dict[str, Any], from_bundle: bool
 ) -> str:
     """``edgekit eval NAME --against ...``: A = ``card`` on ``runners``, B = the card with
-    ``options`` on top (torch: its own graphs; a bundle: the same graphs, so only stream
-    options may change); returns evaluation.format_paired's table with a title."""
+    ``options`` on top (A's graphs when only stream options change; other weights build
+    their own torch graphs, which a bundle cannot); returns evaluation.format_paired's table with a title."""
     from edgekit.errors import InputError
     from edgekit.models.sam2_edge.evaluation import format_paired
     from edgekit.models.sam2_edge.stream_card import STREAM_OPTION_NAMES
@@ -69,17 +69,15 @@ def paired_table(
             f"'{card.name}' is not one"
         )
     other = card.against(options)
-    if from_bundle:
-        weights = sorted(k for k in options if k not in STREAM_OPTION_NAMES)
-        if weights:
-            raise InputError(
-                f"with --bundle, --against may change only stream options "
-                f"({', '.join(STREAM_OPTION_NAMES)}); {', '.join(weights)} would need other "
-                "graphs: compare on torch instead"
-            )
-        other_runners = runners
-    else:
-        other_runners = reference_runners(other)
+    weights = sorted(k for k in options if k not in STREAM_OPTION_NAMES)
+    if weights and from_bundle:
+        raise InputError(
+            f"with --bundle, --against may change only stream options "
+            f"({', '.join(STREAM_OPTION_NAMES)}); {', '.join(weights)} would need other "
+            "graphs: compare on torch instead"
+        )
+    # stream options only: B runs A's very graphs (no second load, same weights for sure)
+    other_runners = reference_runners(other) if weights else runners
     rows = card.compare(runners, other, other_runners)
     given = ", ".join(f"{k}={v}" for k, v in card.options.items()) or "the card's options"
     changed = ", ".join(f"{k}={v}" for k, v in options.items())

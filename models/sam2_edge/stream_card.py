@@ -89,7 +89,7 @@ class StreamingSAM2Card(ModelCard):
     }
     num_maskmem: ClassVar[int] = 7
     max_obj_ptrs: ClassVar[int] = 16
-    #: card options that shrink the held-out set (the default is evaluation.HELDOUT_*)
+    #: card options that pick the measured clips (default: evaluation.HELDOUT_* held-out clips)
     EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames", "eval_set")
     #: inference-time StreamConfig options (STREAM_OPTION_NAMES) the card streams with;
     #: empty: SAM 2's video predictor exactly
