@@ -27,6 +27,8 @@ from edgekit.models.sam2_edge.train import (
     TrainConfig,
     clip_case,
     load_cached,
+    load_init,
+    recolour,
     train_cached,
     train_model,
     training_batch,
@@ -109,6 +111,26 @@ def test_memory_attention_accepts_any_memory_length(model: EdgeSAM2) -> None:
         with torch.inference_mode():
             out = graph(*inputs.values())
         assert out.shape == (1, 64, 8, 8)
+
+
+def test_a_grown_network_starts_as_the_trained_one(model: EdgeSAM2) -> None:
+    """Memory layers added to trained weights start as no-ops: the grown network's memory
+    attention computes what the trained one did, and only the new layers start fresh."""
+    grown = EdgeSAM2(replace(SMALL, memory_layers=SMALL.memory_layers + 1)).eval()
+    fresh = load_init(grown, model.state_dict())
+    added = f"memory_attention.layers.{SMALL.memory_layers}."
+    assert fresh and all(k.startswith(added) for k in fresh)
+    inputs = example_inputs(model, num_frames=3, num_ptrs=2)[contract.MEMORY_ATTENTION]
+    with torch.inference_mode():
+        before = graph_modules(model)[contract.MEMORY_ATTENTION](*inputs.values())
+        after = graph_modules(grown)[contract.MEMORY_ATTENTION](*inputs.values())
+    assert torch.equal(before, after)
+    smaller = EdgeSAM2(replace(SMALL, memory_layers=1))
+    with pytest.raises(ValueError, match="memory_attention.layers.1"):
+        load_init(smaller, model.state_dict())  # weights the architecture has no place for
+    wider = EdgeSAM2(replace(SMALL, decoder_mlp=128))
+    with pytest.raises(ValueError, match="mask_decoder"):
+        load_init(wider, model.state_dict())  # a shape mismatch
 
 
 def test_streaming_predictor_runs_the_graph_set(model: EdgeSAM2) -> None:
@@ -297,6 +319,23 @@ def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) ->
     assert batch is not None
     with pytest.raises(ValueError, match="one per case"):
         clip_case(replace(second, case_weights=(1.0, 2.0)), 0)
+
+
+def test_recoloured_training_clips_keep_their_masks() -> None:
+    """``recolour`` changes the pixels of a share of the clips, the same way on every frame
+    and seeded, and never the masks or the items; 0 leaves the batch as it was."""
+    plain = _tiny_config(1)
+    every = replace(plain, recolour=1.0)
+    base, changed = training_batch(plain, 0), training_batch(every, 0)
+    assert torch.equal(base.truth, changed.truth) and base.items == changed.items
+    assert not torch.equal(base.images, changed.images)
+    assert torch.equal(changed.images, training_batch(every, 0).images)  # seeded
+    assert torch.equal(base.images, training_batch(replace(plain, recolour=0.0), 0).images)
+    frames = C.make_clip("train", 3, frames=3, size=64).frames
+    out = recolour(frames, np.random.default_rng(0))
+    assert out.shape == frames.shape and out.dtype == np.uint8
+    flat = np.full_like(frames, 128)  # one colour everywhere stays one colour, on every frame
+    assert len(np.unique(recolour(flat, np.random.default_rng(1)).reshape(-1, 3), axis=0)) == 1
 
 
 def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:

@@ -137,6 +137,14 @@ class MemoryLayer(nn.Module):
         x = x + self.cross_attn(y, memory + memory_pos, memory, rope_q=rope_q, rope_k=rope_k)
         return x + self.mlp(self.norms[2](x))
 
+    def start_as_identity(self) -> None:
+        """Zero the three residual branches' output projections: the layer then passes its
+        input through unchanged (a layer added to a trained network starts as a no-op)."""
+        with torch.no_grad():
+            for out in (self.self_attn.out, self.cross_attn.out, self.mlp[-1]):
+                out.weight.zero_()
+                out.bias.zero_()
+
 
 class MemoryAttention(nn.Module):
     """Condition the current embedding on memory maps and object pointers (see the module

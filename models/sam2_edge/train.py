@@ -75,6 +75,7 @@ class TrainConfig:
     clip_offset: int = 0  # step s trains on clips clip_offset + s * clips_per_step + ...
     case_weights: tuple[float, ...] | None = None  # odds per clips.CASES; None: cycle them
     init: TrainConfig | None = None  # start from this recipe's weights (None: from scratch)
+    recolour: float = 0.0  # share of training clips recoloured as a whole (see ``recolour``)
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
@@ -126,6 +127,22 @@ def clip_case(config: TrainConfig, index: int) -> str | None:
     return clips.CASES[int(rng.choice(len(odds), p=odds / odds.sum()))]
 
 
+def recolour(frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One random photometric change applied alike to every frame of a clip (T, H, W, 3) uint8:
+    the colour channels shuffled, then with some odds inverted or made grey, then a random
+    gamma, contrast and brightness. The masks stay exact; the backgrounds and textures then
+    look less like the twelve training photos (the held-out photos are other kinds of
+    images: a micrograph, a retina, a printed page, a street scene)."""
+    x = frames.astype(np.float32)[..., rng.permutation(3)] / 255.0
+    if rng.random() < 0.3:
+        x = 1.0 - x
+    if rng.random() < 0.3:
+        x = np.repeat(x.mean(axis=-1, keepdims=True), 3, axis=-1)
+    x = x ** np.exp(rng.uniform(-0.7, 0.7))
+    x = (x - 0.5) * rng.uniform(0.6, 1.4) + 0.5 + rng.uniform(-0.15, 0.15)
+    return (np.clip(x, 0.0, 1.0) * 255.0).round().astype(np.uint8)
+
+
 def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
     """The clips of one step: training clips clip_offset + step * clips_per_step ... (deterministic).
 
@@ -151,8 +168,42 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
             start = int(rng.integers(0, length - span + 1))
             taken = slice(start, start + span, stride)
             clip = replace(clip, frames=clip.frames[taken], masks=clip.masks[taken])
+        rng = np.random.default_rng([config.seed, first + i, 11])
+        if rng.random() < config.recolour:
+            clip = replace(clip, frames=recolour(clip.frames, rng))
         batch.append(clip)
     return rollout.make_batch(batch, config.max_items)
+
+
+def load_init(net: EdgeSAM2, weights: dict[str, torch.Tensor]) -> list[str]:
+    """Start ``net`` from ``weights``, the same architecture or one with fewer memory layers.
+
+    Memory-attention layers the weights lack are added as no-ops (MemoryLayer.start_as_identity),
+    so the grown network computes what the trained one did and a stage can fine-tune the new
+    capacity from there. Any other missing key, an unexpected key or a shape mismatch is a
+    ValueError naming them. Returns the keys that started fresh.
+    """
+    own = net.state_dict()
+    layers = net.memory_attention.layers
+    new_layers = [
+        i
+        for i in range(len(layers))
+        if f"memory_attention.layers.{i}.norms.0.weight" not in weights
+    ]
+    grown = tuple(f"memory_attention.layers.{i}." for i in new_layers)
+    missing = [k for k in own if k not in weights]
+    problems = [k for k in missing if not k.startswith(grown)] if grown else missing
+    problems += [k for k in weights if k not in own]
+    problems += [k for k in weights if k in own and own[k].shape != weights[k].shape]
+    if problems:
+        raise ValueError(
+            f"init weights do not fit this architecture (only added memory layers may be "
+            f"missing): {', '.join(problems[:8])}{' ...' if len(problems) > 8 else ''}"
+        )
+    net.load_state_dict(weights, strict=False)
+    for i in new_layers:
+        layers[i].start_as_identity()
+    return missing
 
 
 def train_model(
@@ -179,7 +230,7 @@ def train_model(
             rng = np.random.default_rng(config.seed)
             net = EdgeSAM2(config.arch)
             if init_weights is not None:
-                net.load_state_dict(init_weights)
+                load_init(net, init_weights)
             optimizer = torch.optim.AdamW(
                 net.parameters(), lr=config.lr, weight_decay=config.weight_decay
             )
