@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from edgekit import sam2_graphs as contract
+from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import rollout
 from edgekit.models.sam2_edge.config import EdgeConfig
@@ -294,6 +295,15 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
     assert SAM2EdgeCard(steps=10).train_config().init == STAGE4_RECIPE  # options: last stage
+    assert SAM2EdgeCard(recolour=1).train_config().recolour == 1
+    for bad, named in (
+        ({"recolour": 1.5}, "from 0 to 1"),
+        ({"recolour": "abc"}, "must be a number"),
+        ({"steps": 2.5}, "must be an integer"),
+        ({"lr": None}, "lr=None must be a number"),
+    ):
+        with pytest.raises(InputError, match=named):
+            SAM2EdgeCard(**bad).train_config()
 
 
 def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) -> None:

@@ -21,6 +21,7 @@ import torch
 
 from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec, Runner
+from edgekit.errors import InputError
 from edgekit.models.sam2_edge import evaluation
 from edgekit.models.sam2_edge.graphs import graph_specs, torch_graph_set
 from edgekit.models.sam2_edge.model import EdgeSAM2
@@ -112,7 +113,21 @@ class SAM2EdgeCard(StreamingSAM2Card):
     def train_config(self) -> TrainConfig:
         """The recipe: DEFAULT_RECIPE, its last stage overridden by card options of the same name."""
         fields = TrainConfig.__dataclass_fields__
-        return replace(DEFAULT_RECIPE, **{k: v for k, v in self.options.items() if k in fields})
+        chosen = {k: v for k, v in self.options.items() if k in fields}
+        for name, value in chosen.items():
+            default = getattr(DEFAULT_RECIPE, name)
+            number = (int,) if isinstance(default, int) else (int, float)
+            if isinstance(default, (int, float)) and (
+                isinstance(value, bool) or not isinstance(value, number)
+            ):
+                kind = "an integer" if number == (int,) else "a number"
+                raise InputError(f"{self.name}: option {name}={value!r} must be {kind}")
+        if not 0.0 <= chosen.get("recolour", 0.0) <= 1.0:
+            raise InputError(
+                f"{self.name}: option recolour={chosen['recolour']} is a share of the "
+                "training clips, expected a number from 0 to 1"
+            )
+        return replace(DEFAULT_RECIPE, **chosen)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:
         """Train (minutes on 2 CPU cores) or load the cached weights of this recipe."""
