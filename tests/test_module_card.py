@@ -171,3 +171,26 @@ def test_cache_dir_and_atomic_write(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert folder == tmp_path / "c" / "photo-cnn" / "v1" and folder.is_dir()
     target = atomic_write_text(folder / "a.json", "{}")
     assert target.read_text() == "{}" and [p.name for p in folder.iterdir()] == ["a.json"]
+
+
+def test_config_from_options_names_unknown_and_mistyped_options() -> None:
+    from dataclasses import dataclass
+
+    from edgekit.card import config_from_options
+
+    @dataclass
+    class Recipe:
+        steps: int = 10
+        lr: float = 1e-3
+        name: str = "a"
+
+    assert config_from_options("c", Recipe, {"steps": 3, "lr": 1}) == Recipe(3, 1, "a")
+    for bad, message in (
+        ({"steps": 2.5}, "steps=2.5 must be an integer"),
+        ({"steps": True}, "steps=True must be an integer"),
+        ({"lr": "fast"}, "lr='fast' must be a number"),
+        ({"lr": None}, "lr=None must be a number"),
+        ({"epochs": 1}, r"\['epochs'\] are unknown"),
+    ):
+        with pytest.raises(InputError, match=message):
+            config_from_options("c", Recipe, bad)

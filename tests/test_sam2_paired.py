@@ -62,6 +62,9 @@ def test_the_calibration_set_and_bad_eval_options() -> None:
     assert calibration[0].split == "train" and SAM2EdgeCard(**SMALL).heldout()[0].split == "heldout"
     with pytest.raises(InputError, match="unknown eval_set 'test'.*heldout, calibration"):
         SAM2EdgeCard(eval_set="test").heldout()
+    for bad in ({"eval_clips": "abc"}, {"eval_clips": 0}, {"eval_frames": 2.5}):
+        with pytest.raises(InputError, match="eval_clips must be an integer >= 1"):
+            SAM2EdgeCard(**bad).heldout()
     with pytest.raises(InputError, match="cannot change eval_clips.*same clips"):
         SAM2EdgeCard().against({"eval_clips": 3})
     with pytest.raises(InputError, match="at least one KEY=VALUE"):

@@ -198,4 +198,22 @@ def config_from_options(
             f"{card} options {unknown} are unknown (not {kind} fields); "
             f"expected some of {sorted(fields)}"
         )
+    check_number_options(card, config_type, options)
     return config_type(**options)
+
+
+def check_number_options(card: str, config_type: Any, options: Mapping[str, Any]) -> None:
+    """An InputError naming the option when one given for an ``int`` / ``float`` field of the
+    dataclass ``config_type`` is not a number of that kind (a float for an int field, a string,
+    None or a bool); other fields and names are not checked here."""
+    from edgekit.errors import InputError
+
+    for name, value in options.items():
+        spec = getattr(config_type, "__dataclass_fields__", {}).get(name)
+        kind = getattr(spec.type, "__name__", spec.type) if spec is not None else None
+        if kind not in ("int", "float"):
+            continue
+        allowed = (int,) if kind == "int" else (int, float)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            article = "an integer" if kind == "int" else "a number"
+            raise InputError(f"{card}: option {name}={value!r} must be {article}")

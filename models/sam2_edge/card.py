@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import torch
 
 from edgekit import sam2_graphs as contract
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec, Runner, check_number_options
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import evaluation
 from edgekit.models.sam2_edge.graphs import graph_specs, torch_graph_set
@@ -114,14 +114,7 @@ class SAM2EdgeCard(StreamingSAM2Card):
         """The recipe: DEFAULT_RECIPE, its last stage overridden by card options of the same name."""
         fields = TrainConfig.__dataclass_fields__
         chosen = {k: v for k, v in self.options.items() if k in fields}
-        for name, value in chosen.items():
-            default = getattr(DEFAULT_RECIPE, name)
-            number = (int,) if isinstance(default, int) else (int, float)
-            if isinstance(default, (int, float)) and (
-                isinstance(value, bool) or not isinstance(value, number)
-            ):
-                kind = "an integer" if number == (int,) else "a number"
-                raise InputError(f"{self.name}: option {name}={value!r} must be {kind}")
+        check_number_options(self.name, TrainConfig, chosen)
         if not 0.0 <= chosen.get("recolour", 0.0) <= 1.0:
             raise InputError(
                 f"{self.name}: option recolour={chosen['recolour']} is a share of the "

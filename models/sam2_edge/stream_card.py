@@ -194,11 +194,15 @@ class StreamingSAM2Card(ModelCard):
         evaluation.HELDOUT_CLIPS) and ``eval_frames`` (default evaluation.HELDOUT_FRAMES) of
         ``eval_set``: "heldout" (default, evaluation.heldout_clips) or "calibration" (the
         clips inference-time options are chosen on, evaluation.calibration_clips)."""
-        count = int(self.options.get("eval_clips", evaluation.HELDOUT_CLIPS))
-        frames = int(self.options.get("eval_frames", evaluation.HELDOUT_FRAMES))
+        count = self.options.get("eval_clips", evaluation.HELDOUT_CLIPS)
+        frames = self.options.get("eval_frames", evaluation.HELDOUT_FRAMES)
         which = str(self.options.get("eval_set", "heldout"))
-        if count < 1 or frames < 3:
-            raise InputError(f"eval_clips must be >= 1 and eval_frames >= 3, got {count}, {frames}")
+        integers = all(isinstance(v, int) and not isinstance(v, bool) for v in (count, frames))
+        if not integers or count < 1 or frames < 3:
+            raise InputError(
+                "eval_clips must be an integer >= 1 and eval_frames an integer >= 3, "
+                f"got {count!r}, {frames!r}"
+            )
         sets = {"heldout": evaluation.heldout_clips, "calibration": evaluation.calibration_clips}
         if which not in sets:
             raise InputError(f"unknown eval_set '{which}'; expected one of {', '.join(sets)}")
