@@ -77,6 +77,25 @@ def test_heldout_backgrounds_are_disjoint_from_training() -> None:
     assert len(heldout) >= 3 and not train & heldout
 
 
+def test_wide_training_split_adds_photos_never_held_out_and_turns_backgrounds() -> None:
+    """``train-wide`` draws from the training photos plus WIDE_PHOTOS (none held out), loads
+    each extra photo from its package, and turns each background by a flip / transposition."""
+    assert not set(clips.WIDE_PHOTOS) & set(clips.HELDOUT_PHOTOS + clips.TRAIN_PHOTOS)
+    for name in clips.WIDE_PHOTOS:
+        photo = clips.load_background(name)
+        assert photo.ndim == 3 and photo.shape[2] == 3 and min(photo.shape[:2]) == 320
+        assert photo.dtype == np.float32 and photo.min() >= 0.0 and photo.max() <= 1.0
+        assert photo.std() > 0.05  # a real picture, not a blank
+    wide = clips.clip_set("train-wide", 40, frames=3, size=48)
+    used = {c.background for c in wide}
+    assert used <= set(clips.TRAIN_PHOTOS + clips.WIDE_PHOTOS) and used & set(clips.WIDE_PHOTOS)
+    again = clips.make_clip("train-wide", 5, frames=3, size=48)
+    np.testing.assert_array_equal(wide[5].frames, again.frames)  # deterministic like the others
+    photo = np.arange(2 * 3 * 3, dtype=np.float32).reshape(2, 3, 3)
+    turned = {clips._turned(photo, np.random.default_rng(s)).tobytes() for s in range(64)}
+    assert len(turned) == 8  # all eight flips / transpositions occur
+
+
 def test_bad_arguments_are_refused() -> None:
     with pytest.raises(InputError, match="split"):
         clips.make_clip("test", 0)

@@ -348,6 +348,21 @@ def test_recoloured_training_clips_keep_their_masks() -> None:
     assert len(np.unique(recolour(flat, np.random.default_rng(1)).reshape(-1, 3), axis=0)) == 1
 
 
+def test_wide_split_changes_the_training_clips_and_is_checked() -> None:
+    """``split="train-wide"`` trains on the wide split's clips; the card refuses a split that
+    is not a training split (the held-out one above all)."""
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard
+
+    plain = _tiny_config(1)
+    wide = replace(plain, split="train-wide")
+    assert not torch.equal(training_batch(plain, 0).images, training_batch(wide, 0).images)
+    assert plain.key() != wide.key()
+    assert SAM2EdgeCard(split="train-wide").train_config().split == "train-wide"
+    for bad in ("heldout", "test"):
+        with pytest.raises(InputError, match="option split="):
+            SAM2EdgeCard(split=bad).train_config()
+
+
 def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:
     """sam2-edge streams with SAM 2's predictor (chosen on calibration clips); card options
     turn on memory selection; the choice is what bundles record."""

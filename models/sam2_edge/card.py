@@ -120,6 +120,11 @@ class SAM2EdgeCard(StreamingSAM2Card):
                 f"{self.name}: option recolour={chosen['recolour']} is a share of the "
                 "training clips, expected a number from 0 to 1"
             )
+        if chosen.get("split", "train") not in ("train", "train-wide"):
+            raise InputError(
+                f"{self.name}: option split={chosen['split']!r} names the training clips' split, "
+                "expected 'train' or 'train-wide' (the held-out split is never trained on)"
+            )
         return replace(DEFAULT_RECIPE, **chosen)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:

@@ -18,6 +18,9 @@ Textures are cut from photos (colour-shifted) or procedural (stripes, checkers, 
 Splits: ``train`` draws backgrounds and photo textures from TRAIN_PHOTOS with seeds from
 TRAIN_SEED; ``heldout`` uses HELDOUT_PHOTOS (stereo_motorcycle, cell, page, retina: none of them
 is in TRAIN_PHOTOS) and its own seed, so held-out clips never show a training background.
+``train-wide`` (a training option, ``TrainConfig.split``) draws from TRAIN_PHOTOS and
+WIDE_PHOTOS (natural photos bundled with scikit-learn and matplotlib, none of them held out),
+each background turned by a random flip / transposition, with its own seed.
 """
 
 from __future__ import annotations
@@ -45,7 +48,11 @@ TRAIN_PHOTOS = (
     "clock",
 )
 HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
-SPLIT_SEEDS = {"train": 1_000_003, "heldout": 7_700_011}
+# Further training photos for the ``train-wide`` split: scikit-learn's two sample photos,
+# matplotlib's sample portrait and scikit-image's Hubble field (not text or retina images,
+# which are held-out kinds).
+WIDE_PHOTOS = ("china", "flower", "grace_hopper", "hubble_deep_field")
+SPLIT_SEEDS = {"train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017}
 DEFAULT_SIZE = 256
 WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
 
@@ -80,19 +87,14 @@ class Clip:
 # ---- photos ----------------------------------------------------------------------------------
 @lru_cache(maxsize=32)
 def load_background(name: str) -> np.ndarray:
-    """A bundled scikit-image photo as (H, W, 3) float32 in [0, 1], short side WORK_SHORT_SIDE."""
-    from skimage import data
+    """A bundled photo (scikit-image's; WIDE_PHOTOS also scikit-learn's and matplotlib's) as
+    (H, W, 3) float32 in [0, 1], short side WORK_SHORT_SIDE."""
     from skimage.transform import resize
 
-    if name not in TRAIN_PHOTOS + HELDOUT_PHOTOS:
-        raise InputError(
-            f"unknown background photo '{name}'; expected one of "
-            f"{', '.join(TRAIN_PHOTOS + HELDOUT_PHOTOS)}"
-        )
-    image = getattr(data, name)()
-    if isinstance(image, tuple):  # stereo_motorcycle: (left, right, disparity)
-        image = image[0]
-    image = np.asarray(image)
+    known = TRAIN_PHOTOS + HELDOUT_PHOTOS + WIDE_PHOTOS
+    if name not in known:
+        raise InputError(f"unknown background photo '{name}'; expected one of {', '.join(known)}")
+    image = np.asarray(_read_photo(name))
     if image.ndim == 2:
         image = np.stack([image] * 3, axis=-1)
     image = image[..., :3].astype(np.float32) / 255.0
@@ -102,10 +104,38 @@ def load_background(name: str) -> np.ndarray:
     return np.clip(out, 0.0, 1.0).astype(np.float32)
 
 
+def _read_photo(name: str) -> np.ndarray:
+    """The photo ``name`` as its package ships it (uint8, grey or RGB / RGBA)."""
+    if name in ("china", "flower"):
+        from sklearn.datasets import load_sample_image
+
+        return load_sample_image(f"{name}.jpg")
+    if name == "grace_hopper":
+        import matplotlib.cbook
+        import matplotlib.image
+
+        with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
+            return matplotlib.image.imread(f, format="jpg")
+    from skimage import data
+
+    image = getattr(data, name)()
+    return image[0] if isinstance(image, tuple) else image  # stereo_motorcycle: (left, ...)
+
+
 def _photos(split: str) -> tuple[str, ...]:
     if split not in SPLIT_SEEDS:
-        raise InputError(f"unknown split '{split}'; expected 'train' or 'heldout'")
+        raise InputError(f"unknown split '{split}'; expected one of {', '.join(SPLIT_SEEDS)}")
+    if split == "train-wide":
+        return TRAIN_PHOTOS + WIDE_PHOTOS
     return TRAIN_PHOTOS if split == "train" else HELDOUT_PHOTOS
+
+
+def _turned(photo: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``photo`` (H, W, 3) under one of the 8 flips / transpositions of the square, at random."""
+    k = int(rng.integers(8))
+    if k & 4:
+        photo = photo.transpose(1, 0, 2)
+    return np.ascontiguousarray(photo[:: -1 if k & 1 else 1, :: -1 if k & 2 else 1])
 
 
 # ---- textures ------------------------------------------------------------------------------
@@ -333,7 +363,10 @@ def make_clip(
         textures = partial(_texture, rng, photos, background)
         objects, order, bar = _case_objects(case, rng, size, frames, textures)
         bar_texture = _texture(rng, photos, background)
-        base = _background_frames(rng, load_background(background), size, frames)
+        photo = load_background(background)
+        if split == "train-wide":
+            photo = _turned(photo, rng)
+        base = _background_frames(rng, photo, size, frames)
         pixels, masks, overlapped = _render(objects, order, bar, bar_texture, base, flat)
         first_area = masks[0].sum(axis=(1, 2)).min()
         if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped):

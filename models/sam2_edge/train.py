@@ -76,6 +76,7 @@ class TrainConfig:
     case_weights: tuple[float, ...] | None = None  # odds per clips.CASES; None: cycle them
     init: TrainConfig | None = None  # start from this recipe's weights (None: from scratch)
     recolour: float = 0.0  # share of training clips recoloured as a whole (see ``recolour``)
+    split: str = "train"  # clips' split: "train" or "train-wide" (more photos, turned; clips.py)
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
@@ -158,7 +159,7 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
     for i in range(config.clips_per_step):
         case = clip_case(config, first + i)
         clip = clips.make_clip(
-            "train", first + i, frames=length, size=config.arch.image_size, case=case
+            config.split, first + i, frames=length, size=config.arch.image_size, case=case
         )
         if length > config.frames:
             rng = np.random.default_rng([config.seed, first + i])
