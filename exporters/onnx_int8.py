@@ -136,12 +136,48 @@ def float_nodes(
     return names or None
 
 
+# x86 int8 dot-product instructions. Without one, ONNX Runtime's u8 x s8 kernels add pairs of
+# products into int16 with saturation (vpmaddubsw), which 8-bit weights can overflow.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+
+
+def reduce_range_default(flags: list[str] | None = None, machine: str | None = None) -> bool:
+    """Whether int8 weights should use 7 bits on this machine (``reduce_range``): True on an
+    x86 CPU whose feature ``flags`` (envinfo.cpu_flags(); read when None) show no VNNI / AMX
+    instruction; False elsewhere, and where the flags cannot be read."""
+    import platform
+
+    from edgekit.envinfo import cpu_flags
+
+    machine = (machine or platform.machine()).lower()
+    if machine not in ("x86_64", "amd64", "x86", "i686"):
+        return False
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags) and not set(flags) & set(VNNI_FLAGS)
+
+
+def _reduce_range(extra: dict[str, Any]) -> tuple[bool, str]:
+    """(reduce_range, where the choice came from) for ``options.extra``."""
+    chosen = extra.get("reduce_range", "auto")
+    if chosen == "auto":
+        on = reduce_range_default()
+        return on, "auto: x86 without VNNI, 7-bit weights" if on else "auto: 8-bit weights"
+    if not isinstance(chosen, bool):
+        raise InputError(
+            f"int8 option reduce_range={chosen!r}: expected true, false or 'auto' (7-bit "
+            "weights on x86 CPUs without VNNI)"
+        )
+    return chosen, "option"
+
+
 def quantize_int8(
     src: Path, dst: Path, graph: GraphSpec, card: ModelCard, options: ExportOptions, *, fused: bool
 ) -> dict[str, Any]:
     """Quantize the fp32 ONNX file ``src`` to int8 at ``dst``; return what was done.
 
-    ``options.extra`` may hold "reduce_range" (bool, for CPUs without VNNI),
+    ``options.extra`` may hold "reduce_range" (bool, or "auto", the default: 7-bit weights
+    when the building CPU is x86 without VNNI, see ``reduce_range_default``; a bundle is
+    verified on the machine that builds it),
     "op_types_to_quantize" and "nodes_to_exclude" (lists of names). Static quantization of a
     transformer quantizes only MatMul/Gemm by default: calibrated ranges on the residual
     stream, layer norms and the additive attention mask (~-3.4e38) wreck the embedding
@@ -156,9 +192,10 @@ def quantize_int8(
     op_types = extra.get("op_types_to_quantize")
     if op_types is None and mode == "static" and is_transformer(card):
         op_types = list(TRANSFORMER_STATIC_OPS)
+    reduce_range, reduce_range_from = _reduce_range(extra)
     common: dict[str, Any] = {
         "per_channel": bool(options.per_channel),
-        "reduce_range": bool(extra.get("reduce_range", False)),
+        "reduce_range": reduce_range,
         "weight_type": QuantType.QInt8,
         "op_types_to_quantize": op_types,
         "nodes_to_exclude": float_nodes(
@@ -170,6 +207,7 @@ def quantize_int8(
         "int8_mode": mode,
         "per_channel": common["per_channel"],
         "reduce_range": common["reduce_range"],
+        "reduce_range_from": reduce_range_from,
         "weight_type": "int8",
         "op_types": op_types or "all",
     }

@@ -149,6 +149,34 @@ def test_onnx_int8_static_qdq(cnn, method):
     assert (got.argmax(1) == ref.argmax(1)).mean() >= 2 / 3
 
 
+def test_int8_weights_use_7_bits_on_x86_without_vnni(cnn):
+    """reduce_range defaults to "auto": 7-bit weights on x86 CPUs without an int8 dot-product
+    instruction (where ONNX Runtime's u8 x s8 kernels saturate int16 sums), 8-bit elsewhere;
+    the bundle's details record the choice and where it came from; a bad value is refused."""
+    from edgekit.envinfo import cpu_flags
+    from edgekit.exporters.onnx_int8 import reduce_range_default
+
+    assert reduce_range_default(["sse4_2", "avx2", "fma"], "x86_64")
+    assert not reduce_range_default(["avx2", "avx512f", "avx512_vnni"], "x86_64")
+    assert not reduce_range_default(["avx2", "avx_vnni"], "AMD64")
+    assert not reduce_range_default(["avx2", "amx_int8"], "x86_64")
+    assert not reduce_range_default(["neon", "asimd"], "aarch64")
+    assert not reduce_range_default([], "x86_64")  # flags unknown: keep 8-bit weights
+    card, graph, path, work, x, ref = cnn
+    options = ExportOptions(int8_mode="dynamic")
+    art = format_module("onnx").export_graph(graph, path, work / "auto", "int8", card, options)
+    info = art.details["int8"]
+    assert info["reduce_range"] == reduce_range_default(cpu_flags())
+    assert info["reduce_range_from"].startswith("auto")
+    options = ExportOptions(int8_mode="dynamic", extra={"reduce_range": False})
+    art = format_module("onnx").export_graph(graph, path, work / "off", "int8", card, options)
+    assert art.details["int8"]["reduce_range"] is False
+    assert art.details["int8"]["reduce_range_from"] == "option"
+    bad = ExportOptions(int8_mode="dynamic", extra={"reduce_range": "yes"})
+    with pytest.raises(InputError, match="reduce_range='yes'"):
+        format_module("onnx").export_graph(graph, path, work / "bad", "int8", card, bad)
+
+
 def test_onnx_int8_dynamic(cnn):
     card, graph, path, work, x, ref = cnn
     art = format_module("onnx").export_graph(
