@@ -78,8 +78,11 @@ def quantize_nncf(
         from nncf.quantization.advanced_parameters import (
             AdvancedQuantizationParameters,
             AdvancedSmoothQuantParameters,
+            OverflowFix,
         )
         from nncf.quantization.range_estimator import RangeEstimatorParametersSet
+
+        from edgekit.exporters.onnx_int8 import reduce_range_default
     except ImportError as exc:
         raise MissingDependencyError("OpenVINO int8 export", "nncf") from exc
     from edgekit.exporters.onnx_int8 import (
@@ -99,8 +102,13 @@ def quantize_nncf(
         if card.nncf_smooth_quant
         else {"smooth_quant_alphas": AdvancedSmoothQuantParameters(matmul=-1)}
     )
+    # 7-bit weights on x86 without VNNI / AMX, where int8 kernels saturate int16 sums (the ONNX
+    # Runtime exporter's reduce_range rule); NNCF's default fixes only the first layer.
+    overflow = OverflowFix.ENABLE if reduce_range_default() else OverflowFix.FIRST_LAYER
     advanced = AdvancedQuantizationParameters(
-        activations_range_estimator_params=getattr(RangeEstimatorParametersSet, estimator), **smooth
+        activations_range_estimator_params=getattr(RangeEstimatorParametersSet, estimator),
+        overflow_fix=overflow,
+        **smooth,
     )
     try:
         quantized = nncf.quantize(
@@ -125,6 +133,7 @@ def quantize_nncf(
         "model_type": "transformer" if transformer else "default",
         "calibration_method": method,
         "range_estimator": estimator,
+        "overflow_fix": overflow.value,
         "calibration_samples": len(feeds),
         "nodes_quantized": fake_quantize,
     }

@@ -150,8 +150,8 @@ def test_onnx_int8_static_qdq(cnn, method):
 
 
 def test_int8_weights_use_7_bits_on_x86_without_vnni(cnn):
-    """reduce_range defaults to "auto": 7-bit weights on x86 CPUs without an int8 dot-product
-    instruction (where ONNX Runtime's u8 x s8 kernels saturate int16 sums), 8-bit elsewhere;
+    """reduce_range defaults to "auto": 7-bit weights for static int8 on x86 CPUs without an
+    int8 dot-product instruction (where u8 x s8 kernels saturate int16 sums), 8-bit elsewhere;
     the bundle's details record the choice and where it came from; a bad value is refused."""
     from edgekit.envinfo import cpu_flags
     from edgekit.exporters.onnx_int8 import reduce_range_default
@@ -163,11 +163,14 @@ def test_int8_weights_use_7_bits_on_x86_without_vnni(cnn):
     assert not reduce_range_default(["neon", "asimd"], "aarch64")
     assert not reduce_range_default([], "x86_64")  # flags unknown: keep 8-bit weights
     card, graph, path, work, x, ref = cnn
-    options = ExportOptions(int8_mode="dynamic")
+    options = ExportOptions(int8_mode="static")
     art = format_module("onnx").export_graph(graph, path, work / "auto", "int8", card, options)
     info = art.details["int8"]
     assert info["reduce_range"] == reduce_range_default(cpu_flags())
     assert info["reduce_range_from"].startswith("auto")
+    options = ExportOptions(int8_mode="dynamic")  # dynamic int8 keeps 8-bit weights
+    art = format_module("onnx").export_graph(graph, path, work / "dyn", "int8", card, options)
+    assert art.details["int8"]["reduce_range"] is False
     options = ExportOptions(int8_mode="dynamic", extra={"reduce_range": False})
     art = format_module("onnx").export_graph(graph, path, work / "off", "int8", card, options)
     assert art.details["int8"]["reduce_range"] is False
