@@ -81,13 +81,12 @@ def quantize_nncf(
             OverflowFix,
         )
         from nncf.quantization.range_estimator import RangeEstimatorParametersSet
-
-        from edgekit.exporters.onnx_int8 import reduce_range_default
     except ImportError as exc:
         raise MissingDependencyError("OpenVINO int8 export", "nncf") from exc
     from edgekit.exporters.onnx_int8 import (
         calibration_feeds,
         is_transformer,
+        reduce_range_default,
         resolve_calibration_method,
     )
 

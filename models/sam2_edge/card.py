@@ -22,7 +22,7 @@ import torch
 from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec, Runner, check_number_options
 from edgekit.errors import InputError
-from edgekit.models.sam2_edge import evaluation
+from edgekit.models.sam2_edge import clips, evaluation
 from edgekit.models.sam2_edge.graphs import graph_specs, torch_graph_set
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
@@ -120,10 +120,12 @@ class SAM2EdgeCard(StreamingSAM2Card):
                 f"{self.name}: option recolour={chosen['recolour']} is a share of the "
                 "training clips, expected a number from 0 to 1"
             )
-        if chosen.get("split", "train") not in ("train", "train-wide"):
+        training_splits = [s for s in clips.SPLIT_SEEDS if s != "heldout"]
+        if chosen.get("split", "train") not in training_splits:
             raise InputError(
                 f"{self.name}: option split={chosen['split']!r} names the training clips' split, "
-                "expected 'train' or 'train-wide' (the held-out split is never trained on)"
+                f"expected one of {', '.join(training_splits)} (the held-out split is never "
+                "trained on)"
             )
         return replace(DEFAULT_RECIPE, **chosen)
 
