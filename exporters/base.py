@@ -60,6 +60,16 @@ class ExportOptions:
         """Regexes of node names int8 exporters keep in floating point (options win over card)."""
         return tuple(self.float_nodes if self.float_nodes is not None else card.int8_float_nodes)
 
+    def fuses(self, card: Any, precision: str) -> bool:
+        """Whether the ONNX export of ``card`` at ``precision`` gets ONNX Runtime's transformer
+        fusions: ``fuse`` when given, else the card's choice (``ort_fusion`` declared, and for
+        int8 also ``ort_fusion_int8``)."""
+        if not card.ort_fusion:
+            return False
+        if self.fuse is not None:
+            return self.fuse
+        return precision != "int8" or bool(card.ort_fusion_int8)
+
 
 @dataclass
 class Artifact:

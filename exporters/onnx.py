@@ -193,8 +193,9 @@ def export_graph(
 ) -> Artifact:
     """The ONNX artifact of ``graph`` at ``precision`` from its fp32 export ``onnx_path``.
 
-    fp32: the exported graph, with ONNX Runtime transformer fusions when ``card.ort_fusion``
-    is set and ``options.fuse`` is not False. fp16: float16 weights and compute, float32 I/O.
+    fp32: the exported graph, with ONNX Runtime transformer fusions when
+    ``options.fuses(card, precision)`` (the card declares ``ort_fusion``, and ``--no-fuse`` or,
+    for int8, the card's ``ort_fusion_int8 = False`` does not switch them off). fp16: float16 weights and compute, float32 I/O.
     int8: static QDQ or dynamic quantization (see onnx_int8). Fusion runs before fp16/int8.
     ``details["ort_session_config"]``, when present, holds ONNX Runtime session config entries
     the runtime must apply for the artifact to run as measured (see onnx_fusion).
@@ -214,7 +215,8 @@ def export_graph(
             "(e.g. {'model_type': 'bert', 'num_heads': 12, 'hidden_size': 384})"
         )
     src = Path(onnx_path)
-    fused = bool(card.ort_fusion) and options.fuse is not False
+    fused = options.fuses(card, precision)
+    details["fused"] = fused
     if fused:
         from edgekit.exporters.onnx_fusion import fuse_transformer
 

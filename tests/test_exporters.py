@@ -284,6 +284,15 @@ def test_tiny_bert_fusion_and_dynamic_int8(tmp_path):
     got = session.run(None, feeds)[0]
     cosine = (got * ref).sum(1) / np.linalg.norm(got, axis=1) / np.linalg.norm(ref, axis=1)
     assert cosine.min() > 0.98
+    # a card whose int8 measured better unfused (sae-polysemy) skips fusion for int8 only,
+    # and --fuse still forces it
+    card.ort_fusion_int8 = False
+    assert ExportOptions().fuses(card, "fp32") and not ExportOptions().fuses(card, "int8")
+    assert ExportOptions(fuse=True).fuses(card, "int8")
+    assert not ExportOptions(fuse=False).fuses(card, "fp32")
+    plain = onnx_fmt.export_graph(graph, path, tmp_path / "int8u", "int8", card, ExportOptions())
+    assert plain.details["fused"] is False and not ops(plain.files[0])["QAttention"]
+    assert ops(plain.files[0])["MatMulInteger"] > 0
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])
@@ -303,6 +312,24 @@ def test_openvino_roundtrip(cnn, precision):
         assert rel_error(got, ref) < (0.02 if precision == "fp16" else 0.1)
     if precision == "int8":
         assert art.details["int8"]["nodes_quantized"] > 0
+
+
+def test_openvino_finds_products_of_two_activations():
+    """On x86 without VNNI the NNCF exporter keeps these float (they saturate int16 sums)."""
+    ov = pytest.importorskip("openvino")
+    from edgekit.exporters.openvino import activation_matmuls
+
+    ops_ = ov.opset13
+    x = ops_.parameter([1, 4, 8], np.float32, name="x")
+    weight = ops_.convert(ops_.constant(np.ones((8, 8), np.float16)), np.float32)
+    linear = ops_.matmul(x, weight, False, False)  # weight behind a decompression Convert
+    linear.set_friendly_name("linear")
+    scores = ops_.matmul(linear, x, False, True)  # (1, 4, 4): activation x activation
+    scores.set_friendly_name("scores")
+    sdpa = ops_.scaled_dot_product_attention(linear, x, x, causal=False)
+    sdpa.set_friendly_name("attention")
+    model = ov.Model([scores, sdpa], [x])
+    assert activation_matmuls(model) == ["attention", "scores"]
 
 
 def test_torch_program_roundtrip(cnn, tmp_path):

@@ -103,33 +103,13 @@ def _card(name: str):  # one card per model for the whole module: weights load o
     return _CARDS[name]
 
 
-# int8 builds that miss their card's floors on x86 CPUs without VNNI / AMX (measured in
-# session 16 on a 2-core AVX2-only AMD EPYC): photo-vit OpenVINO int8 top-1 agreement 0.9875
-# (floor 0.99), max prob error 0.29 (0.25); sae-polysemy ONNX int8 with fused attention flips
-# 12.8 % of decisions (floor 10 %; unfused, --no-fuse, it passes). There the build must refuse
-# them and write nothing; on VNNI machines they must pass.
-REFUSED_WITHOUT_VNNI = {("photo-vit", "openvino-int8"), ("sae-polysemy", "onnx-int8")}
-
-
 @pytest.mark.parametrize(
     ("model", "target"), [(m, t) for m, targets in COVERAGE.items() for t in targets]
 )
 def test_export_verify_selftest(model: str, target: str, tmp_path: Path) -> None:
-    from edgekit.errors import ParityError
-    from edgekit.exporters.onnx_int8 import reduce_range_default
-
     card = _card(model)
     dest = tmp_path / f"{model}-{target}"
-    try:
-        bundle, report = build_bundle(
-            card, Target.parse(target), dest, ExportOptions(), progress=False
-        )
-    except ParityError as exc:
-        if (model, target) not in REFUSED_WITHOUT_VNNI or not reduce_range_default():
-            raise
-        assert "failed verification" in str(exc) and "bundle not written" in str(exc)
-        assert not dest.exists() and dest.with_name(dest.name + ".failed-report.json").is_file()
-        pytest.xfail(f"{model} {target} misses its floors on x86 without VNNI: {exc}")
+    bundle, report = build_bundle(card, Target.parse(target), dest, ExportOptions(), progress=False)
     assert report is not None and report.passed, report.failures() if report else None
     assert bundle.manifest["report"]["passed"] is True
     assert selftest(str(bundle.path)).passed

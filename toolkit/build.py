@@ -168,7 +168,9 @@ def build_bundle(
                     "int8_mode": options.int8_mode or card.int8_mode,
                     "calibration_method": options.calibration_method or card.calibration_method,
                     "per_channel": options.per_channel,
-                    "fuse": options.fuse,
+                    "fuse": options.fuses(card, target.precision)
+                    if target.format == "onnx"
+                    else None,
                     "float_nodes": list(options.int8_float_nodes(card)),
                 },
                 "source": {**card.source(), **weights_record(card)},

@@ -101,6 +101,7 @@ class ModelCard:
     int8_mode: ClassVar[str] = "static"  # "static" (QDQ, calibrated) | "dynamic"
     calibration_method: ClassVar[str] = "minmax"  # "minmax" | "entropy" | "percentile"
     ort_fusion: ClassVar[dict[str, Any] | None] = None  # onnxruntime.transformers optimizer args
+    ort_fusion_int8: ClassVar[bool] = True  # False: int8 ONNX builds skip ort_fusion by default
     nncf_smooth_quant: ClassVar[bool] = True  # NNCF SmoothQuant for transformer int8 (OpenVINO)
     # regexes of graph node names kept in floating point by every int8 exporter (ONNX, OpenVINO)
     int8_float_nodes: ClassVar[tuple[str, ...]] = ()
