@@ -136,6 +136,21 @@ def float_nodes(
     return names or None
 
 
+def activation_matmuls(src: Path) -> list[str]:
+    """Names of the MatMul nodes of ``src`` whose two inputs are both computed (neither an
+    initializer nor a Constant's output): attention's QK^T and probabilities x V."""
+    import onnx
+
+    graph = onnx.load(str(src), load_external_data=False).graph
+    constant = {i.name for i in graph.initializer}
+    constant |= {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    return [
+        n.name
+        for n in graph.node
+        if n.op_type == "MatMul" and not any(i in constant for i in n.input)
+    ]
+
+
 # x86 int8 dot-product instructions. Without one, ONNX Runtime's u8 x s8 kernels add pairs of
 # products into int16 with saturation (vpmaddubsw), which 8-bit weights can overflow.
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -156,22 +171,39 @@ def reduce_range_default(flags: list[str] | None = None, machine: str | None = N
     return bool(flags) and not set(flags) & set(VNNI_FLAGS)
 
 
-def _reduce_range(extra: dict[str, Any], mode: str) -> tuple[bool, str]:
-    """(reduce_range, where the choice came from) for ``options.extra`` and the int8 ``mode``.
+WEIGHT_TYPES = ("int8", "uint8")
 
-    "auto" reduces static (QDQ) quantization only: on an AVX2-only EPYC it lifted photo-cnn's
-    top-1 agreement from 0.89 to pass, while dynamic quantization lost with it (sae-polysemy's
-    decision flips 0.128 with 8-bit weights, 0.138 with 7-bit)."""
+
+def weight_format(extra: dict[str, Any], mode: str) -> tuple[str, bool, str]:
+    """(weight type, reduce_range, where the choice came from) for ``options.extra`` and the
+    int8 ``mode``.
+
+    ``extra["weight_type"]``: "int8" (default; u8 x s8 kernels, the fastest on x86) or "uint8"
+    (u8 x u8 kernels, which widen before adding and never saturate; 8-bit weights, no
+    reduce_range). ``extra["reduce_range"]``: true, false or "auto" (default): 7-bit int8
+    weights for **static** int8 on x86 without VNNI (``reduce_range_default``), where u8 x s8
+    sums saturate: on an AVX2-only EPYC it lifted photo-cnn's top-1 agreement from 0.89 to
+    pass, while dynamic quantization lost with it (sae-polysemy's decision flips 0.128 with
+    8-bit weights, 0.138 with 7-bit)."""
+    weight = extra.get("weight_type", "int8")
+    if weight not in WEIGHT_TYPES:
+        raise InputError(
+            f"int8 weight type {weight!r} (--int8-weights / option weight_type): expected one "
+            f"of {', '.join(WEIGHT_TYPES)} "
+            "(uint8: u8 x u8 kernels that never saturate, slower on x86)"
+        )
     chosen = extra.get("reduce_range", "auto")
-    if chosen == "auto":
-        on = mode == "static" and reduce_range_default()
-        return on, "auto: x86 without VNNI, 7-bit weights" if on else "auto: 8-bit weights"
-    if not isinstance(chosen, bool):
+    if chosen != "auto" and not isinstance(chosen, bool):
         raise InputError(
             f"int8 option reduce_range={chosen!r}: expected true, false or 'auto' (7-bit "
             "weights on x86 CPUs without VNNI)"
         )
-    return chosen, "option"
+    if chosen != "auto":
+        return weight, chosen, "option"
+    if weight == "uint8":
+        return weight, False, "auto: uint8 weights do not saturate"
+    on = mode == "static" and reduce_range_default()
+    return weight, on, "auto: x86 without VNNI, 7-bit weights" if on else "auto: 8-bit weights"
 
 
 def quantize_int8(
@@ -179,9 +211,8 @@ def quantize_int8(
 ) -> dict[str, Any]:
     """Quantize the fp32 ONNX file ``src`` to int8 at ``dst``; return what was done.
 
-    ``options.extra`` may hold "reduce_range" (bool, or "auto", the default: 7-bit weights
-    in static mode when the building CPU is x86 without VNNI, see ``reduce_range_default``;
-    a bundle is verified on the machine that builds it),
+    ``options.extra`` may hold "weight_type" and "reduce_range" (``weight_format``; a bundle
+    is verified on the machine that builds it, so the defaults follow the building CPU),
     "op_types_to_quantize" and "nodes_to_exclude" (lists of names). Static quantization of a
     transformer quantizes only MatMul/Gemm by default: calibrated ranges on the residual
     stream, layer norms and the additive attention mask (~-3.4e38) wreck the embedding
@@ -196,11 +227,11 @@ def quantize_int8(
     op_types = extra.get("op_types_to_quantize")
     if op_types is None and mode == "static" and is_transformer(card):
         op_types = list(TRANSFORMER_STATIC_OPS)
-    reduce_range, reduce_range_from = _reduce_range(extra, mode)
+    weight, reduce_range, reduce_range_from = weight_format(extra, mode)
     common: dict[str, Any] = {
         "per_channel": bool(options.per_channel),
         "reduce_range": reduce_range,
-        "weight_type": QuantType.QInt8,
+        "weight_type": QuantType.QUInt8 if weight == "uint8" else QuantType.QInt8,
         "op_types_to_quantize": op_types,
         "nodes_to_exclude": float_nodes(
             src, options.int8_float_nodes(card), extra.get("nodes_to_exclude")
@@ -212,7 +243,7 @@ def quantize_int8(
         "per_channel": common["per_channel"],
         "reduce_range": common["reduce_range"],
         "reduce_range_from": reduce_range_from,
-        "weight_type": "int8",
+        "weight_type": weight,
         "op_types": op_types or "all",
     }
     with tempfile.TemporaryDirectory(prefix="edgekit-int8-") as tmp:
@@ -221,6 +252,16 @@ def quantize_int8(
         common["nodes_to_exclude"] = float_nodes(
             pre, options.int8_float_nodes(card), extra.get("nodes_to_exclude")
         )
+        if mode == "static" and reduce_range_from.startswith("auto") and reduce_range_default():
+            # On x86 without VNNI no weight range keeps a product of two uint8 activations from
+            # saturating u8 x s8 sums, and with u8 x u8 kernels (weight_type uint8) quantizing
+            # it still cost agreement (photo-vit max prob error 0.05 float, 0.14 int8): keep
+            # those float there, as the NNCF exporter does
+            details["float_activation_matmuls"] = activation_matmuls(pre)
+            common["nodes_to_exclude"] = [
+                *(common["nodes_to_exclude"] or []),
+                *details["float_activation_matmuls"],
+            ] or None
         details["float_nodes"] = common["nodes_to_exclude"] or []
         try:
             if mode == "static":

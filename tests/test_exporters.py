@@ -178,6 +178,67 @@ def test_int8_weights_use_7_bits_on_x86_without_vnni(cnn):
     bad = ExportOptions(int8_mode="dynamic", extra={"reduce_range": "yes"})
     with pytest.raises(InputError, match="reduce_range='yes'"):
         format_module("onnx").export_graph(graph, path, work / "bad", "int8", card, bad)
+    # uint8 weights (u8 x u8 kernels) never saturate: full 8 bits, unless asked otherwise
+    options = ExportOptions(int8_mode="static", extra={"weight_type": "uint8"})
+    art = format_module("onnx").export_graph(graph, path, work / "u8", "int8", card, options)
+    assert art.details["int8"]["weight_type"] == "uint8"
+    assert art.details["int8"]["reduce_range"] is False
+    assert art.details["int8"]["reduce_range_from"] == "auto: uint8 weights do not saturate"
+    assert rel_error(ort_run(art.files[0], {"image": x}), ref) < 0.1
+    bad = ExportOptions(int8_mode="static", extra={"weight_type": "int4"})
+    with pytest.raises(InputError, match="int8 weight type 'int4'"):
+        format_module("onnx").export_graph(graph, path, work / "bad4", "int8", card, bad)
+
+
+class TinyAttention(torch.nn.Module):
+    """image (B, 3, 16, 16) -> logits (B, 10): one self-attention over 16 patch tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Linear(48, 16)
+        self.qkv = torch.nn.Linear(16, 48)
+        self.head = torch.nn.Linear(16, 10)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        patches = image.unfold(2, 4, 4).unfold(3, 4, 4)  # (B, 3, 4, 4, 4, 4)
+        tokens = self.embed(patches.permute(0, 2, 3, 1, 4, 5).flatten(3).flatten(1, 2))
+        q, k, v = self.qkv(tokens).chunk(3, dim=-1)  # (B, 16, 16) each
+        attention = torch.softmax(q @ k.transpose(1, 2) / 4.0, dim=-1)
+        return self.head((attention @ v).mean(1))
+
+
+def test_int8_keeps_products_of_two_activations_float_without_vnni(tmp_path, monkeypatch):
+    """Where static int8 uses 7-bit weights for lack of VNNI, a MatMul of two activations
+    (attention's QK^T and probabilities x V) stays float: no weight range can stop its uint8 x
+    uint8 sums from saturating. With VNNI, or with reduce_range set explicitly, it is quantized."""
+    from edgekit.exporters import onnx_int8
+
+    torch.manual_seed(0)
+    card = TinyCard(TinyAttention().eval())
+    card.architecture = "transformer"  # MatMul/Gemm-only static int8, as photo-vit
+    (graph,) = card.graphs()
+    path = export_onnx(graph, tmp_path / "attn.onnx", 17)
+    products = onnx_int8.activation_matmuls(path)
+    assert len(products) == 2  # q @ k^T and attention @ v; the Linear layers have weights
+    onnx_fmt = format_module("onnx")
+    for saturating in (True, False):
+        monkeypatch.setattr(onnx_int8, "reduce_range_default", lambda s=saturating: s)
+        art = onnx_fmt.export_graph(
+            graph, path, tmp_path / str(saturating), "int8", card, ExportOptions()
+        )
+        info = art.details["int8"]
+        assert info["reduce_range"] is saturating
+        nodes = onnx.load(str(art.files[0])).graph.node
+        dequantized = {o for n in nodes if n.op_type == "DequantizeLinear" for o in n.output}
+        fed = {n.name for n in nodes if n.op_type == "MatMul" and set(n.input) & dequantized}
+        if saturating:
+            assert sorted(info["float_activation_matmuls"]) == sorted(products)
+            assert not fed & set(products) and fed  # the weight MatMuls are still int8
+        else:
+            assert "float_activation_matmuls" not in info and set(products) <= fed
+    explicit = ExportOptions(extra={"reduce_range": True})
+    art = onnx_fmt.export_graph(graph, path, tmp_path / "explicit", "int8", card, explicit)
+    assert "float_activation_matmuls" not in art.details["int8"]
 
 
 def test_onnx_int8_dynamic(cnn):

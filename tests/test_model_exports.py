@@ -137,3 +137,52 @@ def _assert_prompt_encoder_float(path: Path) -> None:
     assert any(n.name == "/prompt_encoder/pe/MatMul" for n in prompt_ops)
     assert not [n.name for n in prompt_ops if set(n.input) & dequantized]
     assert any(set(n.input) & dequantized for n in nodes), "the rest is quantized"
+
+
+@pytest.mark.parametrize("saturating", [True, False])
+def test_int8_falls_back_to_uint8_weights_where_int8_sums_saturate(
+    saturating: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On x86 without VNNI (``saturating``), a static ONNX int8 build that fails verification
+    with the default u8 x s8 scheme is rebuilt once with uint8 weights; the manifest says why
+    and no failed report is left. Elsewhere, or with the weight options set, it just fails."""
+    import edgekit.build as build
+    from edgekit.errors import ParityError
+    from edgekit.exporters import onnx_int8
+
+    monkeypatch.setattr(onnx_int8, "reduce_range_default", lambda *a, **k: saturating)
+    card = get_card("photo-cnn")  # a fresh card: its floors are changed below
+    real, tries = build._build_bundle, []
+
+    def first_try_fails(card, target, out, options, **keywords):  # noqa: ANN001, ANN202
+        tries.append(dict(options.extra))
+        floors = card.agreement_floors
+        if "weight_type" not in options.extra:  # a floor no artifact meets: a real failure
+            card.agreement_floors = {**floors, "top1_agreement": 1.01}
+        try:
+            return real(card, target, out, options, **keywords)
+        finally:
+            card.agreement_floors = floors
+
+    monkeypatch.setattr(build, "_build_bundle", first_try_fails)
+    dest = tmp_path / "photo-cnn-onnx-int8"
+    failed = dest.with_name(dest.name + ".failed-report.json")
+    if not saturating:
+        with pytest.raises(ParityError, match="top1_agreement"):
+            build_bundle(card, Target.parse("onnx-int8"), dest, progress=False)
+        assert len(tries) == 1 and not dest.exists() and failed.is_file()
+        return
+    bundle, report = build_bundle(card, Target.parse("onnx-int8"), dest, progress=False)
+    assert report is not None and report.passed and not failed.exists()
+    assert [t.get("weight_type") for t in tries] == [None, "uint8"]
+    assert "top1_agreement" in bundle.manifest["export_options"]["int8_fallback"]
+    int8 = bundle.manifest["graphs"]["classifier"]["details"]["int8"]
+    assert int8["weight_type"] == "uint8" and int8["reduce_range"] is False
+    assert selftest(str(bundle.path)).passed
+    tries.clear()  # explicit weight options: no second try
+    options = ExportOptions(extra={"reduce_range": True})
+    with pytest.raises(ParityError):
+        build_bundle(
+            card, Target.parse("onnx-int8"), tmp_path / "explicit", options, progress=False
+        )
+    assert len(tries) == 1

@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from edgekit.bundle import (
     runtime_options,
 )
 from edgekit.card import ModelCard
+from edgekit.console import wide_console
 from edgekit.errors import ParityError
 from edgekit.exporters import ExportOptions, Target, format_module
 from edgekit.progress import step_progress
@@ -56,7 +58,64 @@ def build_bundle(
 
     Raises ParityError (with the report) when verification fails, MissingDependencyError when
     the target's SDK is absent, ExportError when a converter refuses the model.
+
+    Static ONNX int8 on an x86 CPU without VNNI first uses the fast u8 x s8 kernels (7-bit
+    weights); when that artifact fails verification and the int8 weight options were left to
+    their defaults, it is rebuilt once with uint8 weights (u8 x u8 kernels: they never
+    saturate, but run slower), and the manifest's ``export_options.int8_fallback`` says why.
     """
+    options = options or ExportOptions()
+    keywords: dict[str, Any] = {
+        "runtime": runtime,
+        "verify": verify,
+        "budget": budget,
+        "threads": threads,
+        "progress": progress,
+    }
+    try:
+        return _build_bundle(card, target, out, options, **keywords)
+    except ParityError as exc:
+        if not (verify and _may_fall_back(card, target, options)):
+            raise
+        reason = str(exc).split(" (report: ")[0]
+        if progress:
+            wide_console(stderr=True).print(
+                f"int8 with u8 x s8 kernels failed verification ({reason}); "
+                "rebuilding with uint8 weights (u8 x u8 kernels, no saturation)",
+                markup=False,
+            )
+        extra = {**options.extra, "weight_type": "uint8", "int8_fallback": reason}
+        bundle, report = _build_bundle(card, target, out, replace(options, extra=extra), **keywords)
+        failed = Path(bundle.path).with_name(Path(bundle.path).name + ".failed-report.json")
+        failed.unlink(missing_ok=True)  # the first try's report; the manifest keeps its reason
+        return bundle, report
+
+
+def _may_fall_back(card: ModelCard, target: Target, options: ExportOptions) -> bool:
+    """Whether a failed ONNX int8 build may be retried with uint8 weights (see build_bundle)."""
+    from edgekit.exporters.onnx_int8 import reduce_range_default, resolve_int8_mode
+
+    return (
+        (target.format, target.precision) == ("onnx", "int8")
+        and not {"weight_type", "reduce_range"} & set(options.extra)
+        and resolve_int8_mode(card, options) == "static"
+        and reduce_range_default()
+    )
+
+
+def _build_bundle(
+    card: ModelCard,
+    target: Target,
+    out: str | os.PathLike[str] | None = None,
+    options: ExportOptions | None = None,
+    *,
+    runtime: str | None = None,
+    verify: bool = True,
+    budget: float | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+) -> tuple[Bundle, VerifyReport | None]:
+    """build_bundle without the int8 fallback."""
     from edgekit.devices.profiles import detect_profile
     from edgekit.envinfo import package_versions
     from edgekit.exporters.onnx import export_onnx
@@ -172,6 +231,7 @@ def build_bundle(
                     if target.format == "onnx"
                     else None,
                     "float_nodes": list(options.int8_float_nodes(card)),
+                    "int8_fallback": options.extra.get("int8_fallback"),
                 },
                 "source": {**card.source(), **weights_record(card)},
                 "preprocessing": card.preprocessing(),

@@ -146,6 +146,14 @@ def export_cmd(
         str | None, typer.Option(help="int8: static (QDQ, calibrated) | dynamic")
     ] = None,
     per_channel: Annotated[bool, typer.Option(help="per-channel int8 weights")] = True,
+    int8_weights: Annotated[
+        str | None,
+        typer.Option(
+            help="ONNX int8 weights: int8 (u8 x s8 kernels, fastest on x86) | uint8 (u8 x u8: "
+            "never saturate; default: int8, with a uint8 rebuild where x86 without VNNI fails "
+            "verification)"
+        ),
+    ] = None,
     keep_float: Annotated[
         list[str] | None,
         typer.Option(
@@ -181,6 +189,7 @@ def export_cmd(
         per_channel=per_channel,
         fuse=fuse,
         float_nodes=tuple(keep_float) if keep_float else None,
+        extra={"weight_type": int8_weights} if int8_weights else {},
     )
     targets = [Target.parse(f, p) for f in to.split(",") for p in precision.split(",")]
     if out is not None and len(targets) > 1:
