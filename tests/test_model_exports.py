@@ -154,13 +154,13 @@ def test_int8_falls_back_to_uint8_weights_where_int8_sums_saturate(
     card = get_card("photo-cnn")  # a fresh card: its floors are changed below
     real, tries = build._build_bundle, []
 
-    def first_try_fails(card, target, out, options, **keywords):  # noqa: ANN001, ANN202
+    def first_try_fails(card, target, out, options, run):  # noqa: ANN001, ANN202
         tries.append(dict(options.extra))
         floors = card.agreement_floors
         if "weight_type" not in options.extra:  # a floor no artifact meets: a real failure
             card.agreement_floors = {**floors, "top1_agreement": 1.01}
         try:
-            return real(card, target, out, options, **keywords)
+            return real(card, target, out, options, run)
         finally:
             card.agreement_floors = floors
 

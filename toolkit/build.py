@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,9 @@ def build_bundle(
     saturate, but run slower), and the manifest's ``export_options.int8_fallback`` says why.
     """
     options = options or ExportOptions()
-    keywords: dict[str, Any] = {
-        "runtime": runtime,
-        "verify": verify,
-        "budget": budget,
-        "threads": threads,
-        "progress": progress,
-    }
+    run = _BuildRun(runtime, verify, budget, threads, progress)
     try:
-        return _build_bundle(card, target, out, options, **keywords)
+        return _build_bundle(card, target, out, options, run)
     except ParityError as exc:
         if not (verify and _may_fall_back(card, target, options)):
             raise
@@ -85,7 +79,7 @@ def build_bundle(
                 markup=False,
             )
         extra = {**options.extra, "weight_type": "uint8", "int8_fallback": reason}
-        bundle, report = _build_bundle(card, target, out, replace(options, extra=extra), **keywords)
+        bundle, report = _build_bundle(card, target, out, replace(options, extra=extra), run)
         failed = Path(bundle.path).with_name(Path(bundle.path).name + ".failed-report.json")
         failed.unlink(missing_ok=True)  # the first try's report; the manifest keeps its reason
         return bundle, report
@@ -103,19 +97,32 @@ def _may_fall_back(card: ModelCard, target: Target, options: ExportOptions) -> b
     )
 
 
+@dataclass(frozen=True)
+class _BuildRun:
+    """build_bundle's keyword arguments."""
+
+    runtime: str | None
+    verify: bool
+    budget: float | None
+    threads: int | None
+    progress: bool
+
+
 def _build_bundle(
     card: ModelCard,
     target: Target,
-    out: str | os.PathLike[str] | None = None,
-    options: ExportOptions | None = None,
-    *,
-    runtime: str | None = None,
-    verify: bool = True,
-    budget: float | None = None,
-    threads: int | None = None,
-    progress: bool = True,
+    out: str | os.PathLike[str] | None,
+    options: ExportOptions,
+    run: _BuildRun,
 ) -> tuple[Bundle, VerifyReport | None]:
     """build_bundle without the int8 fallback."""
+    runtime, verify, budget, threads, progress = (
+        run.runtime,
+        run.verify,
+        run.budget,
+        run.threads,
+        run.progress,
+    )
     from edgekit.devices.profiles import detect_profile
     from edgekit.envinfo import package_versions
     from edgekit.exporters.onnx import export_onnx
