@@ -195,7 +195,8 @@ def export_graph(
 
     fp32: the exported graph, with ONNX Runtime transformer fusions when
     ``options.fuses(card, precision)`` (the card declares ``ort_fusion``, and ``--no-fuse`` or,
-    for int8, the card's ``ort_fusion_int8 = False`` does not switch them off). fp16: float16 weights and compute, float32 I/O.
+    for int8, the card's ``ort_fusion_int8 = False`` does not switch them off). fp16: float16
+    weights and compute, float32 I/O.
     int8: static QDQ or dynamic quantization (see onnx_int8). Fusion runs before fp16/int8.
     ``details["ort_session_config"]``, when present, holds ONNX Runtime session config entries
     the runtime must apply for the artifact to run as measured (see onnx_fusion).

@@ -116,6 +116,12 @@ def _build_bundle(
     run: _BuildRun,
 ) -> tuple[Bundle, VerifyReport | None]:
     """build_bundle without the int8 fallback."""
+    from edgekit.devices.profiles import detect_profile
+    from edgekit.envinfo import package_versions
+    from edgekit.exporters.onnx import export_onnx
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, get_runtime
+    from edgekit.verify import reference_runners
+
     runtime, verify, budget, threads, progress = (
         run.runtime,
         run.verify,
@@ -123,13 +129,6 @@ def _build_bundle(
         run.threads,
         run.progress,
     )
-    from edgekit.devices.profiles import detect_profile
-    from edgekit.envinfo import package_versions
-    from edgekit.exporters.onnx import export_onnx
-    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, get_runtime
-    from edgekit.verify import reference_runners
-
-    options = options or ExportOptions()
     dest = Path(out) if out else default_bundle_dir(card, target)
     exporter = format_module(target.format)  # fails fast on a missing SDK
     if target.precision not in exporter.PRECISIONS:
