@@ -36,10 +36,21 @@ PAIRS = [
 ]
 
 
+# Ray Serve kills a proxy actor that is not ready in 5 s (health checks: 10 s); on a 2-core
+# machine under load a fresh worker can take longer to start (CI saw ActorDiedError on the
+# proxy while two benchmarks ran beside the suite). The local cluster's processes inherit these.
+SERVE_PATIENCE = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60",
+    "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+}
+
+
 @pytest.fixture(scope="module")
 def cluster():
     import ray
 
+    saved = {key: os.environ.get(key) for key in SERVE_PATIENCE}
+    os.environ.update(SERVE_PATIENCE)
     ray.init(
         address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
         logging_level="WARNING",
@@ -50,6 +61,11 @@ def cluster():
 
         serve.shutdown()
     ray.shutdown()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +250,12 @@ def test_gather_reports_raised_and_hung_tasks(cluster):
     def hang() -> None:
         time.sleep(60)
 
+    def warm() -> None:
+        time.sleep(0.5)
+
+    # start both workers first, so the 4 s budget below times the tasks, not worker start-up
+    # (which takes longer than that on 2 busy cores)
+    cluster.get([cluster.remote(warm).remote() for _ in range(2)])
     refs = [cluster.remote(max_retries=0, retry_exceptions=False)(boom).remote()]
     refs.append(cluster.remote(max_retries=0)(hang).remote())
     values, errors = gather(refs, ["boom", "hang"], 4.0, 1, progress=False)
