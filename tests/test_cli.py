@@ -100,7 +100,14 @@ def test_bad_inputs_give_one_clear_error(tmp_path: Path) -> None:
     assert res.returncode == 2 and "bundle.json is missing" in res.stderr
     res = edgekit("eval", "sam2-edge", "--model", "photo-cnn")  # --model is eval lens's
     assert res.returncode == 2 and "--model picks the classifiers" in res.stderr
-    for out in (res,):
+    variant = edgekit("eval", "lens", "--variant", "top1-mirror")
+    assert variant.returncode == 2 and "unknown VisiT variant 'top1-mirror'" in variant.stderr
+    assert "top1-flip" in variant.stderr  # the message lists the variants
+    other = edgekit("eval", "sam2-edge", "--variant", "top1-flip")
+    assert other.returncode == 2 and "--variant picks the VisiT of `edgekit eval lens`" in (
+        other.stderr
+    )
+    for out in (res, variant, other):
         assert "Traceback" not in out.stderr
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange
+from edgekit.errors import InputError
 from edgekit.lens import (
     DEFAULT_STRATEGY,
     STRATEGIES,
@@ -69,6 +70,56 @@ def test_visit_variants_on_known_logits() -> None:
     h0 = -(0.7 * math.log(0.7) + 0.2 * math.log(0.2) + 0.1 * math.log(0.1)) / math.log(3)
     np.testing.assert_allclose(entropy[:2], [-h0, -1.0], atol=1e-9)
     assert entropy[2] == pytest.approx(-math.log(2) / math.log(3), abs=1e-9)
+    # -flip: the same scores read from the mean softmax of the capture and its mirror image
+    mirrored = np.log(np.array([[0.1, 0.2, 0.7], [1 / 3, 1 / 3, 1 / 3], [0.5, 0.5, 1e-30]]))
+    mean = (np.exp(logits) + np.exp(mirrored)) / 2
+    np.testing.assert_allclose(visit_from_logits(logits, "top1-flip", mirrored), mean.max(1))
+    np.testing.assert_allclose(visit_from_logits(logits, "margin-flip", mirrored), 0, atol=1e-12)
+    np.testing.assert_allclose(
+        visit_from_logits(logits, "entropy-flip", mirrored),
+        visit_from_logits(np.log(mean), "entropy"),
+    )
+    with pytest.raises(InputError, match="needs the logits of the mirrored captures"):
+        visit_from_logits(logits, "top1-flip")
+    with pytest.raises(InputError, match=r"shaped like the captures' \(3, 3\); got \(2, 3\)"):
+        visit_from_logits(logits, "top1-flip", mirrored[:2])
+    with pytest.raises(InputError, match="unknown VisiT variant 'top2'; expected one of top1, "):
+        visit_from_logits(logits, "top2")
+    with pytest.raises(InputError, match="unknown VisiT variant 'flip'"):
+        LensController(None, None, variant="flip")  # type: ignore[arg-type]
+
+
+class HalvesRunner:
+    """A classifier whose three logits are 10 x the mean of the image's left half, right half
+    and whole; it records every batch it is given."""
+
+    def __init__(self) -> None:
+        self.batches: list[np.ndarray] = []
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        x = feeds["image"]  # (N, 3, H, W)
+        self.batches.append(x)
+        w = x.shape[3] // 2
+        means = [x[..., :w], x[..., w:], x]
+        return {"logits": 10 * np.stack([m.mean(axis=(1, 2, 3)) for m in means], 1)}
+
+
+def test_flip_visit_runs_the_mirror_images_in_the_same_batch() -> None:
+    frames = np.zeros((3, 8, 8, 3), np.uint8)
+    frames[0, :, :4] = 255  # bright left half: class 0, and class 1 once mirrored
+    frames[1] = 128  # symmetric: the mirror changes nothing
+    frames[2, :, 6:] = 255  # a little light on the right
+    runner = HalvesRunner()
+    scores, logits = visit_scores(runner, frames, "top1-flip", return_logits=True)
+    assert len(runner.batches) == 1 and runner.batches[0].shape == (6, 3, 8, 8)
+    np.testing.assert_array_equal(runner.batches[0][3:], runner.batches[0][:3][..., ::-1])
+    assert logits.shape == (3, 3) and logits[0].argmax() == 0  # the captures' own logits
+    _, mirrored = visit_scores(HalvesRunner(), frames[:, :, ::-1], return_logits=True)
+    np.testing.assert_allclose(scores, visit_from_logits(logits, "top1-flip", mirrored))
+    plain = visit_scores(HalvesRunner(), frames, "top1")
+    assert plain[0] > 0.99 and scores[0] < 0.5  # confident, but not under a flip
+    assert scores[1] == pytest.approx(plain[1]) == pytest.approx(1 / 3)
+    assert scores[2] < plain[2]
 
 
 def test_visit_scores_one_batch_and_resizes(session, scene) -> None:
@@ -236,13 +287,15 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     fused = {"lens K=27 fused"} | {f"lens K={k} selected fused" for k in (3, 6, 9)}
     expected |= fused
     expected |= {f"lens K={k}{s} [{v}]" for k, s in ((27, ""), (6, f" {DEFAULT_STRATEGY}")) for v in (
-        "margin", "entropy")}  # fmt: skip
+        "margin", "entropy", "top1-flip")}  # fmt: skip
     expected |= {"lens K=27 prior"} | {f"lens K={k} selected prior" for k in (3, 6, 9)}
     assert set(methods) == expected
     calibration = report["models"]["photo-cnn onnx-fp32"]["runs"][0]["calibration"]
     strategies = {f"lens K={k} {s}" for k in (3, 6, 9) for s in STRATEGIES}
     variants = {
-        f"lens K={k} {DEFAULT_STRATEGY} [{v}]" for k in (3, 6, 9) for v in ("entropy", "margin")
+        f"lens K={k} {DEFAULT_STRATEGY} [{v}]"
+        for k in (3, 6, 9)
+        for v in ("entropy", "margin", "top1-flip")
     }
     weights = {f"lens K=27 prior weight {w:g} (cross-fitted)" for w in PRIOR_WEIGHTS}
     assert set(calibration) == strategies | variants | fused | weights
@@ -265,6 +318,7 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         )
     # the prior rows replay the same stream with the run's calibrated prior
     prior = SettingPrior.load_json(run["prior"])
+    assert prior.variant == report["config"]["variant"] == "top1"  # the scores it was fitted on
     assert prior.weight in PRIOR_WEIGHTS and prior.scenes == 2 * 10  # 2 environments x 10 scenes
     assert calibration[f"lens K=27 prior weight {prior.weight:g} (cross-fitted)"] == max(
         calibration[name] for name in weights

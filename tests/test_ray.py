@@ -290,10 +290,13 @@ def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
     from edgekit.ray_fanout import eval_lens_ray
 
     targets = (("photo-cnn", "onnx-fp32"),)
-    report = eval_lens_ray(2, ["dim-room"], 1, progress=False, targets=targets)
+    report = eval_lens_ray(2, ["dim-room"], 1, progress=False, targets=targets, variant="top1-flip")
     entry = report["models"]["photo-cnn onnx-fp32"]
     assert [run["seed"] for run in entry["runs"]] == [0, 1] and report["failed_seeds"] == []
+    assert report["config"]["variant"] == "top1-flip"  # every seed's task scored with it
+    assert "lens K=27 [top1]" in entry["runs"][1]["methods"]
     pooled = SettingPrior.load_json(entry["prior"])
+    assert pooled.variant == "top1-flip"
     assert pooled.scenes == sum(SettingPrior.load_json(r["prior"]).scenes for r in entry["runs"])
     print_lens(report, tmp_path, wide_console())
     saved = SettingPrior.load(prior_path(tmp_path, "wide-range", "photo-cnn onnx-fp32"))

@@ -51,6 +51,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 "(repeat; default: photo-cnn and photo-vit, default and sensor-aware)",
             ),
         ] = None,
+        variant: Annotated[
+            str,
+            typer.Option(
+                help="lens: VisiT variant of the headline rows and checks: top1 | entropy | "
+                "margin, or one of them with -flip (scored over the capture and its mirror)"
+            ),
+        ] = "top1",
         ray: Annotated[
             str | None,
             typer.Option(
@@ -83,12 +90,20 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 "--against compares two settings of a SAM 2 card on torch or one bundle; it "
                 "does not combine with --ray or `eval lens`"
             )
+        if variant != "top1":
+            from edgekit.visit import check_variant
+
+            if model != "lens":
+                raise InputError(
+                    f"--variant picks the VisiT of `edgekit eval lens`, not of '{model}'"
+                )
+            check_variant(variant)
         if ray:
             from edgekit.cli_ray import eval_on_ray
 
             failed = eval_on_ray(
                 model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
-                console(), json_out, lens_model,
+                console(), json_out, lens_model, variant,
             )  # fmt: skip
             if failed:
                 raise typer.Exit(1)
@@ -105,7 +120,10 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         if model == "lens":
             from edgekit.lens_report import eval_lens
 
-            eval_lens(out, seeds, env or None, test_per_class, progress=True, models=lens_model)
+            eval_lens(
+                out, seeds, env or None, test_per_class, progress=True, models=lens_model,
+                variant=variant,
+            )  # fmt: skip
             return
         from edgekit.registry import get_card
         from edgekit.verify import reference_runners

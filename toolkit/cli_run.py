@@ -42,7 +42,11 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             ),
         ] = None,
         variant: Annotated[
-            str, typer.Option(help="VisiT variant: top1 | entropy | margin")
+            str,
+            typer.Option(
+                help="VisiT variant: top1 | entropy | margin, or one of them with -flip "
+                "(scored over each capture and its mirror image)"
+            ),
         ] = "top1",
         latency_budget: Annotated[
             float | None, typer.Option(help="seconds per decision, shutter times included")

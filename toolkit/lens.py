@@ -240,6 +240,9 @@ class LensController:
         if budget_k < 1:
             raise InputError(f"budget_k must be >= 1, got {budget_k}")
         self.budget_k = min(budget_k, len(self.grid))
+        from edgekit.visit import check_variant
+
+        check_variant(variant)
         self.variant = variant
         self.setting_prior = prior
         if prior is not None:

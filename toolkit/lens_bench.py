@@ -55,6 +55,10 @@ from edgekit.lens_diagnostics import visit_diagnostics
 from edgekit.lens_prior import pool_priors
 from edgekit.visit import VARIANTS, fused_prediction
 
+# VisiT variants with rows of their own beside the configured one (K=27 and K=6); the scores of
+# every variant come from the same logits (score_captures)
+REPORTED_VARIANTS = ("top1", "margin", "entropy", "top1-flip")
+
 # (model, target[, recipe]): each classifier as trained by default (exposure-augmented) and by
 # the "sensor-aware" recipe (extreme captures with information-weighted soft targets)
 BENCH_TARGETS: tuple[tuple[str, ...], ...] = tuple(
@@ -122,8 +126,11 @@ def score_captures(
     """Logits-derived arrays for one classifier: "grid_pred" (E, S, 27), "grid_score" (E, S, 27)
     (VisiT ``variant``), "grid_score_<v>" (E, S, 27) for every VisiT variant v, and for every
     auto-exposure key k of ``captures`` ("ae", "ae <mode>") "<k>_pred" (E, S, A); one session
-    run per scene and environment (27 + all AE captures)."""
-    from edgekit.visit import VARIANTS, visit_from_logits, visit_scores
+    run per scene and environment (27 + all AE captures + the 27 mirrored, for the -flip
+    variants)."""
+    from edgekit.visit import check_variant, classify, visit_from_logits, with_mirrors
+
+    check_variant(variant)
 
     e, s, n = captures["grid"].shape[:3]
     ae_keys = [k for k in captures if k.startswith("ae") and not k.endswith("_latency")]
@@ -132,24 +139,27 @@ def score_captures(
     by_variant = {v: np.zeros((e, s, n)) for v in VARIANTS}
     for ei in range(e):
         for si in range(s):
+            mirrored = with_mirrors(captures["grid"][ei, si])  # (2 x 27, h, w, 3)
             batch = np.concatenate(
-                [captures["grid"][ei, si], *(captures[k][ei, si] for k in ae_keys)]
+                [mirrored[:n], *(captures[k][ei, si] for k in ae_keys), mirrored[n:]]
             )
-            scores, logits = visit_scores(session, batch, variant, return_logits=True)
-            pred[ei, si], score[ei, si] = logits[:n].argmax(1), scores[:n]
+            logits = classify(session, batch)
+            pred[ei, si] = logits[:n].argmax(1)
             start = n
             for k in ae_keys:
                 a = captures[k].shape[2]
                 ae_pred[k][ei, si] = logits[start : start + a].argmax(1)
                 start += a
             for v in VARIANTS:
-                by_variant[v][ei, si] = visit_from_logits(logits[:n], v)
+                by_variant[v][ei, si] = visit_from_logits(logits[:n], v, logits[start:])
+            score[ei, si] = by_variant[variant][ei, si]
     out = {"grid_pred": pred, "grid_score": score, **{f"{k}_pred": ae_pred[k] for k in ae_keys}}
     return {**out, **{f"grid_score_{v}": by_variant[v] for v in VARIANTS}}
 
 
 def inference_times(session: Any, sizes: list[int], reps: int) -> dict[int, float]:
-    """Median seconds of one VisiT batch (preprocess + run) of each size, on random captures."""
+    """Median seconds of one VisiT batch (preprocess + run) of each size, on random captures
+    (a -flip variant's batch of K captures is one batch of 2K)."""
     from edgekit.visit import visit_scores
 
     rng = np.random.default_rng(0)
@@ -215,25 +225,33 @@ def selected_strategy(calibration: dict[str, float], k: int) -> str:
     return STRATEGIES[int(np.argmax(scores))]
 
 
-def lens_rows(ks: list[int], check_k: int | None) -> list[tuple[int, str | None, str | None]]:
+def lens_rows(
+    ks: list[int], check_k: int | None, variant: str = "top1"
+) -> list[tuple[int, str | None, str | None]]:
     """(K, strategy, VisiT variant) of every Lens row: K=27 (all strategies coincide), each
-    strategy at each small K, and the other VisiT variants at K=27 and at K=``check_k`` (default
-    strategy); variant None = the configured one."""
+    strategy at each small K, and the other REPORTED_VARIANTS at K=27 and at K=``check_k``
+    (default strategy); variant None = the configured ``variant``."""
     rows: list[tuple[int, str | None, str | None]] = [(27, None, None)]
     rows += [(k, s, None) for k in sorted(ks, reverse=True) if k < 27 for s in STRATEGIES]
-    for v in ("margin", "entropy"):
+    for v in (v for v in REPORTED_VARIANTS if v != variant):
         rows.append((27, None, v))
         if check_k is not None:
             rows.append((check_k, DEFAULT_STRATEGY, v))
     return rows
 
 
-def visit_time(times: dict[int, float], k: int, strategy: str | None) -> float:
-    """VisiT seconds of one decision: one batch of K, or two ("two-stage", K < 27)."""
+def visit_time(
+    times: dict[int, float], k: int, strategy: str | None, variant: str = "top1"
+) -> float:
+    """VisiT seconds of one decision: one batch of K, or two ("two-stage", K < 27); a -flip
+    ``variant`` runs each batch with its mirror images (twice the size)."""
+    from edgekit.visit import check_variant
+
+    views = 2 if check_variant(variant)[1] else 1
     if strategy == "two-stage" and k < 27:
         first = (k + 1) // 2
-        return times[first] + (times[k - first] if k > first else 0.0)
-    return times[k]
+        return times[views * first] + (times[views * (k - first)] if k > first else 0.0)
+    return times[views * k]
 
 
 def evaluate_seed(
@@ -291,13 +309,13 @@ def evaluate_seed(
         float(correct[e, :, fixed_index].mean()) for e in range(env_count)
     ]
     check_k = max([k for k in ks if k <= 6], default=None)
-    for k, strategy, variant in lens_rows(ks, check_k):
-        scores = test["grid_score" if variant is None else f"grid_score_{variant}"]
+    for k, strategy, row_variant in lens_rows(ks, check_k, variant):
+        scores = test["grid_score" if row_variant is None else f"grid_score_{row_variant}"]
         chosen, count, cap, _ = replay_lens(
             scores, caps["grid_latency"], k, strategy, caps.get("meter_ev")
         )
-        visit_s = visit_time(times, k, strategy)
-        methods[lens_method(k, strategy, variant)] = {
+        visit_s = visit_time(times, k, strategy, row_variant or variant)
+        methods[lens_method(k, strategy, row_variant)] = {
             "accuracy": chosen_accuracy(flat, chosen.reshape(-1)),
             "by_env": [chosen_accuracy(correct[e], chosen[e]) for e in range(env_count)],
             "captures": float(count.mean()),
@@ -315,12 +333,12 @@ def evaluate_seed(
                 calibration[lens_method(k, strategy)] = chosen_accuracy(
                     calib_correct, chosen.reshape(-1)
                 )
-            for variant in (v for v in VARIANTS if v != "top1"):  # VisiT variants, same logits
+            for other in (v for v in REPORTED_VARIANTS if v != variant):  # same logits
                 chosen, *_ = replay_lens(
-                    calib[f"grid_score_{variant}"], calib_caps["grid_latency"], k,
+                    calib[f"grid_score_{other}"], calib_caps["grid_latency"], k,
                     DEFAULT_STRATEGY, calib_caps.get("meter_ev"),
                 )  # fmt: skip
-                calibration[lens_method(k, DEFAULT_STRATEGY, variant)] = chosen_accuracy(
+                calibration[lens_method(k, DEFAULT_STRATEGY, other)] = chosen_accuracy(
                     calib_correct, chosen.reshape(-1)
                 )
     for k in (k for k in ks if k < correct.shape[2] and calibration):
@@ -415,6 +433,7 @@ def run_lens_bench(
         times = {}
         for name, sess in sessions.items():
             sizes = {1, 27, *ks, *((k + 1) // 2 for k in ks), *(k // 2 for k in ks if k > 1)}
+            sizes |= {2 * k for k in sizes}  # the -flip variants' batches
             times[name] = inference_times(sess, sorted(sizes), config.timing_reps)
             step(f"timed VisiT of {name}")
         for seed in config.seeds:

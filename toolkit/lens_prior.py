@@ -33,13 +33,12 @@ SCHEMA = "edgekit.lens-prior/1"
 
 def visit_quality(scores: np.ndarray, variant: str = "top1") -> np.ndarray:
     """VisiT ``scores`` (...) of ``variant`` (visit.VARIANTS) as a quality in [0, 1]: top-1 and
-    margin as they are, entropy (in [-1, 0]) as 1 + score."""
-    from edgekit.visit import VARIANTS
+    margin as they are, entropy (in [-1, 0]) as 1 + score (the same for their -flip forms)."""
+    from edgekit.visit import check_variant
 
-    if variant not in VARIANTS:
-        raise InputError(f"unknown VisiT variant '{variant}'; expected one of {VARIANTS}")
+    base, _ = check_variant(variant)
     s = np.asarray(scores, dtype=np.float64)
-    return 1.0 + s if variant == "entropy" else s
+    return 1.0 + s if base == "entropy" else s
 
 
 def smoothed_accuracy(correct: np.ndarray) -> np.ndarray:

@@ -152,7 +152,7 @@ def lens_table(report: dict[str, Any]) -> Any:
     table = Table(
         title=f"Lens on the simulated '{scene_set}' set (mean ± std over {seeds} seeds; "
         f"{report['config']['test_scenes']} test scenes x {len(report['config']['environments'])} "
-        "lighting environments)"
+        f"lighting environments; VisiT {report['config'].get('variant', 'top1')})"
     )
     for col in ("Model", "Method", "Top-1 (%)", "Captures", "Capture→decision (ms)", "VisiT (ms)"):
         table.add_column(col, justify="left" if col in ("Model", "Method") else "right")
@@ -218,7 +218,7 @@ def calibration_table(report: dict[str, Any]) -> Any:
 
 
 def visit_table(report: dict[str, Any]) -> Any:
-    """A rich Table: is VisiT (top-1) a good judge of captures on this set? Per model (mean ± std
+    """A rich Table: is VisiT (the report's variant) a good judge of captures on this set? Per model (mean ± std
     over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
     score of right / wrong / near-black captures, accuracy on near-black captures, and what
     Lens K=27's wrong picks are (near-black, blown-out, the most frequent wrong class)."""
@@ -226,7 +226,10 @@ def visit_table(report: dict[str, Any]) -> Any:
 
     from edgekit.devices.scenes import PHOTOS
 
-    table = Table(title="VisiT diagnostics on the test captures (why Lens K=27 wins or loses)")
+    variant = report["config"].get("variant", "top1")
+    table = Table(
+        title=f"VisiT ({variant}) diagnostics on the test captures (why Lens K=27 wins or loses)"
+    )
     cols = (
         ("AUROC", "auroc", 1.0, 3),
         ("AUROC in scene", "auroc_within_scene", 1.0, 3),
@@ -357,12 +360,14 @@ def eval_lens(
     progress: bool = True,
     scene_sets: tuple[str, ...] | None = None,
     models: list[str] | None = None,
+    variant: str = "top1",
 ) -> dict[str, Any]:
     """``edgekit eval lens``: run the benchmark on each scene set (default: both,
     "es-diverse" then "wide-range"; with ``environments``, the set holding them), print the
     tables and checks, write ``<out_dir>/lens-<set>.json`` and ``<out_dir>/lens-<set>.png``;
     returns {set: report (with summary and checks)}. ``models``: classifier specs to bench
-    ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS)."""
+    ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS).
+    ``variant``: the VisiT variant of the headline rows and checks (visit.VARIANTS)."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
     from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
@@ -383,6 +388,7 @@ def eval_lens(
             scene_set=scene_set,
             test_per_class=test_per_class,
             targets=targets,
+            variant=variant,
         )
         report = run_lens_bench(config, progress=progress)
         report["summary"] = summarise(report)

@@ -2,8 +2,12 @@
 
 For a batch of candidate captures of one scene, the target model scores each capture from its own
 softmax: ``top1`` = max_c softmax(z)_c (the Lens paper's Q(x)), ``entropy`` = minus the entropy
-normalised by log(C) (in [-1, 0], higher = more confident), ``margin`` = top1 - top2. All
-candidates go through the session in one ``run`` call. Works on any single-input classifier
+normalised by log(C) (in [-1, 0], higher = more confident), ``margin`` = top1 - top2. Each has
+a ``-flip`` form (``top1-flip``, ...; an edgekit option, not in the paper): the same score of the
+softmax averaged over the capture and its mirror image, so a capture whose prediction does not
+survive a left-right flip (noise or aliasing the model reads as evidence) scores lower. The
+prediction stays the capture's own. All candidates (and their mirrors) go through the session
+in one ``run`` call. Works on any single-input classifier
 bundle: the input name and (fixed) spatial size are read from the session's ``io()``.
 """
 
@@ -16,7 +20,9 @@ import numpy as np
 
 from edgekit.errors import InputError
 
-VARIANTS = ("top1", "entropy", "margin")
+BASE_VARIANTS = ("top1", "entropy", "margin")
+FLIP = "-flip"  # suffix of the variants scored over the capture and its mirror image
+VARIANTS = BASE_VARIANTS + tuple(v + FLIP for v in BASE_VARIANTS)
 Preprocess = Callable[[np.ndarray, tuple[int, int]], np.ndarray]
 
 
@@ -28,16 +34,36 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def visit_from_logits(logits: np.ndarray, variant: str = "top1") -> np.ndarray:
-    """VisiT scores (N,) float64 of ``logits`` (N, C); higher means a better capture."""
+def check_variant(variant: str) -> tuple[str, bool]:
+    """(base variant, whether it scores the mirror image too) of ``variant``; a clear error
+    for a name outside VARIANTS."""
     if variant not in VARIANTS:
         raise InputError(
             f"unknown VisiT variant '{variant}'; expected one of {', '.join(VARIANTS)}"
         )
+    return variant.removesuffix(FLIP), variant.endswith(FLIP)
+
+
+def visit_from_logits(
+    logits: np.ndarray, variant: str = "top1", flipped_logits: np.ndarray | None = None
+) -> np.ndarray:
+    """VisiT scores (N,) float64 of ``logits`` (N, C); higher means a better capture.
+
+    ``-flip`` variants need ``flipped_logits`` (N, C), the logits of the mirrored captures:
+    the score is then read from the mean of the two softmaxes."""
+    base, flip = check_variant(variant)
     probs = softmax(logits)  # (N, C)
-    if variant == "top1":
+    if flip:
+        if flipped_logits is None or np.shape(flipped_logits) != probs.shape:
+            raise InputError(
+                f"VisiT variant '{variant}' needs the logits of the mirrored captures, "
+                f"shaped like the captures' {probs.shape}; got "
+                f"{None if flipped_logits is None else np.shape(flipped_logits)}"
+            )
+        probs = (probs + softmax(flipped_logits)) / 2
+    if base == "top1":
         return probs.max(axis=1)
-    if variant == "margin":
+    if base == "margin":
         top2 = np.sort(probs, axis=1)[:, -2:]  # (N, 2) ascending
         return top2[:, 1] - top2[:, 0]
     entropy = -(probs * np.log(np.clip(probs, 1e-12, None))).sum(axis=1)  # (N,)
@@ -104,11 +130,20 @@ def visit_scores(
 
     ``runner``: a bundle Session (or anything with ``run(feeds)``); ``preprocess`` maps
     (N, H, W, 3) captures and the model's (h, w) to its (N, 3, h, w) float32 input. With
-    ``return_logits`` also returns the logits (N, C) (for the predicted labels).
+    ``return_logits`` also returns the logits (N, C) of the captures themselves (for the
+    predicted labels; a ``-flip`` variant runs the mirrored captures in the same batch).
     """
-    logits = classify(runner, images, preprocess)
-    scores = visit_from_logits(logits, variant)
-    return (scores, logits) if return_logits else scores
+    _, flip = check_variant(variant)
+    batch = np.stack(list(images)) if not isinstance(images, np.ndarray) else images
+    n = len(batch)
+    logits = classify(runner, with_mirrors(batch) if flip else batch, preprocess)
+    scores = visit_from_logits(logits[:n], variant, logits[n:] if flip else None)
+    return (scores, logits[:n]) if return_logits else scores
+
+
+def with_mirrors(images: np.ndarray) -> np.ndarray:
+    """Captures (N, H, W, 3) followed by their left-right mirror images: (2N, H, W, 3)."""
+    return np.concatenate([images, images[:, :, ::-1]])
 
 
 def best_index(scores: np.ndarray) -> int:
