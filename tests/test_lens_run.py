@@ -27,6 +27,10 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
     strip = log.with_suffix(".png")
     assert strip.read_bytes()[:4] == b"\x89PNG"
     assert {row["decision"] for row in lines} == {"select"}
+    assert {row["variant"] for row in lines} == {"top1"}
+    flipped = run_lens("sim:seed=4", "photo-cnn", 6, 2, tmp_path / "m.jsonl", variant="top1-flip")
+    assert [row["variant"] for row in flipped] == ["top1-flip"] * 2
+    assert all(0.0 < row["score"] <= 1.0 for row in flipped)
     fused = run_lens("sim:seed=4", "photo-cnn", 6, 2, tmp_path / "f.jsonl", decision="fuse")
     assert [row["decision"] for row in fused] == ["fuse", "fuse"]
     with pytest.raises(InputError, match="unknown decision 'vote'; expected one of select, fuse"):

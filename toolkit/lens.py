@@ -181,6 +181,7 @@ class Decision:
     image: np.ndarray | None = None
     over_budget: bool = False
     prior_weight: float | None = None
+    variant: str = "top1"  # the VisiT variant that scored the candidates
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -199,6 +200,7 @@ class Decision:
             "decision": self.decision,
             "over_budget": self.over_budget,
             "prior_weight": self.prior_weight,
+            "variant": self.variant,
         }
 
 
@@ -420,6 +422,7 @@ class LensController:
             over_budget=self.latency_budget_s is not None
             and sum(self.capture_cost_s(i) for i in candidates) > self.latency_budget_s,
             prior_weight=None if self.setting_prior is None else self.setting_prior.weight,
+            variant=self.variant,
         )
 
     def _capture(self, candidates: list[int], done: int) -> list[Any]:
