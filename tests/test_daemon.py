@@ -263,7 +263,7 @@ def test_lens_prior_reaches_the_daemons_lens_pipeline(tmp_path, bundles):
     from edgekit.lens_prior import SettingPrior
 
     settings = [s.describe() for s in paper_grid()]
-    prior = SettingPrior(np.linspace(0.1, 0.9, 27), 1.0, settings)
+    prior = SettingPrior(np.linspace(0.1, 0.9, 27), 1.0, settings, variant="top1-flip")
     path = prior.save(tmp_path / "prior.json")
     proc = DaemonProcess(
         tmp_path / "state", "--bundle", f"photo-cnn={bundles['fp32']}", "--pipeline", "lens",
@@ -273,7 +273,7 @@ def test_lens_prior_reaches_the_daemons_lens_pipeline(tmp_path, bundles):
     try:
         proc.wait_for(lambda h: h["pipelines"]["lens"]["processed"] >= 1, what="a decision")
         result = httpx.get(f"{proc.url}/pipelines/lens/latest").json()["latest"]["result"]
-        assert result["prior_weight"] == 1.0
+        assert result["prior_weight"] == 1.0 and result["variant"] == "top1-flip"
         ranked = prior.adjust(np.asarray(result["scores"]), result["candidates"])
         assert result["chosen_index"] == result["candidates"][int(np.argmax(ranked))]
     finally:

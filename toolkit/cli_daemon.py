@@ -55,7 +55,7 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             Path | None,
             typer.Option(
                 help="a calibrated Lens setting prior (JSON from `edgekit eval lens`) for the "
-                "lens pipelines"
+                "lens pipelines, which then score with its VisiT variant"
             ),
         ] = None,
     ) -> None:

@@ -137,7 +137,7 @@ class LensPipeline(Pipeline):
             grid = camera_grid(ctx.camera.capabilities())
             self.controller = LensController(
                 self.session, ctx.camera, grid, self.budget_k, labels=self.labels,
-                prior=self.prior,
+                prior=self.prior, variant=self.prior.variant if self.prior else "top1",
             )  # fmt: skip
         decision = self.controller.decide()
         ctx.stage("captures", decision.capture_latency_s)

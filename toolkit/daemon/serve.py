@@ -130,7 +130,8 @@ def serve(
 
 def attach_lens_prior(pipes: list[Any], path: str | os.PathLike[str] | None, camera: Any) -> None:
     """Give every Lens pipeline the calibrated setting prior at ``path`` (lens_prior JSON),
-    checked against ``camera``'s Lens grid before the daemon starts (InputError otherwise)."""
+    checked against ``camera``'s Lens grid before the daemon starts (InputError otherwise);
+    the pipelines then score with the prior's VisiT variant (top-1 without a prior)."""
     if path is None:
         return
     from edgekit.daemon.pipelines import LensPipeline
@@ -141,7 +142,9 @@ def attach_lens_prior(pipes: list[Any], path: str | os.PathLike[str] | None, cam
     if not lens:
         raise InputError("--lens-prior needs a lens pipeline (e.g. --pipeline lens,classify)")
     prior = SettingPrior.load(path)
-    # the pipeline's controller, built now: a prior of another grid or VisiT variant fails here
-    LensController(None, camera, camera_grid(camera.capabilities()), prior=prior)
+    # the pipeline's controller, built now: a prior of another grid fails here; the pipeline
+    # scores with the prior's VisiT variant
+    grid = camera_grid(camera.capabilities())
+    LensController(None, camera, grid, prior=prior, variant=prior.variant)
     for pipe in lens:
         pipe.prior = prior
