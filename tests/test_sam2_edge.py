@@ -279,8 +279,11 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     from edgekit.models.sam2_edge.card import (
         DEFAULT_RECIPE,
         STAGE4_RECIPE,
+        WIDE_ARCH,
+        WIDE_RECIPE,
         SAM2EdgeCard,
         packaged_weights,
+        recipe_stages,
     )
 
     card = SAM2EdgeCard()
@@ -296,11 +299,27 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
     assert SAM2EdgeCard(steps=10).train_config().init == STAGE4_RECIPE  # options: last stage
     assert SAM2EdgeCard(recolour=1).train_config().recolour == 1
+    # recipes and their stages: option stage picks one, TrainConfig options override it
+    assert recipe_stages(DEFAULT_RECIPE)[0] == TrainConfig() and len(recipe_stages(recipe)) == 5
+    assert SAM2EdgeCard(stage=1).train_config() == TrainConfig()
+    assert SAM2EdgeCard(stage=4, steps=10).train_config() == replace(STAGE4_RECIPE, steps=10)
+    wide = recipe_stages(SAM2EdgeCard(recipe="wide").train_config())
+    assert wide[-1] == WIDE_RECIPE and len(wide) == 4 and wide[0] == TrainConfig(arch=WIDE_ARCH)
+    assert all(stage.arch == WIDE_ARCH for stage in wide)
+    assert SAM2EdgeCard(recipe="wide", stage=1).train_config() == wide[0]
+    assert 1.4e6 < parameter_count(EdgeSAM2(WIDE_ARCH)) < 1.6e6  # 2.3x the default's
     for bad, named in (
         ({"recolour": 1.5}, "from 0 to 1"),
         ({"recolour": "abc"}, "must be a number"),
         ({"steps": 2.5}, "must be an integer"),
         ({"lr": None}, "lr=None must be a number"),
+        ({"recipe": "huge"}, "unknown recipe 'huge'; expected one of default, wide"),
+        (
+            {"stage": 0},
+            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 5",
+        ),
+        ({"recipe": "wide", "stage": 5}, "expected an integer from 1 to 4"),
+        ({"stage": "last"}, "stage='last' picks a stage"),
     ):
         with pytest.raises(InputError, match=named):
             SAM2EdgeCard(**bad).train_config()

@@ -23,6 +23,7 @@ from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec, Runner, check_number_options
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips, evaluation
+from edgekit.models.sam2_edge.config import EdgeConfig
 from edgekit.models.sam2_edge.graphs import graph_specs, torch_graph_set
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
@@ -78,6 +79,33 @@ DEFAULT_RECIPE = replace(  # stage 4's recipe with 4x the memory tokens (16x16 p
     init=STAGE4_RECIPE,
 )
 
+# A wider network (session 18; being trained, not the default): 2.3x the parameters (1.5M),
+# image embedding and transformers 96 wide, a deeper and wider CNN, 4 decoder / 2 memory
+# attention heads, and the full 16x16 memory grid from the first stage. Its stages are the
+# default recipe's first four with this architecture (the fifth only switched the memory grid).
+WIDE_ARCH = EdgeConfig(
+    dim=96,
+    widths=(48, 96, 160),
+    blocks=(1, 2, 4),
+    decoder_heads=4,
+    memory_heads=2,
+    memory_pool=1,
+)
+WIDE_STAGE1 = TrainConfig(arch=WIDE_ARCH)
+WIDE_STAGE2 = replace(STAGE2_RECIPE, arch=WIDE_ARCH, init=WIDE_STAGE1)
+WIDE_STAGE3 = replace(STAGE3_RECIPE, arch=WIDE_ARCH, init=WIDE_STAGE2)
+WIDE_RECIPE = replace(STAGE4_RECIPE, arch=WIDE_ARCH, init=WIDE_STAGE3)
+#: the card's ``recipe`` option: the last stage of each recipe (earlier stages via ``init``)
+RECIPES: dict[str, TrainConfig] = {"default": DEFAULT_RECIPE, "wide": WIDE_RECIPE}
+
+
+def recipe_stages(last: TrainConfig) -> list[TrainConfig]:
+    """The stages of the recipe ending at ``last``, first (from scratch) to last."""
+    chain = [last]
+    while chain[-1].init is not None:
+        chain.append(chain[-1].init)
+    return chain[::-1]
+
 
 class SAM2EdgeCard(StreamingSAM2Card):
     """EdgeSAM2 trained on synthetic clips; the SAM 2 graph contract at 256x256."""
@@ -111,7 +139,21 @@ class SAM2EdgeCard(StreamingSAM2Card):
 
     # ---- training --------------------------------------------------------------------------
     def train_config(self) -> TrainConfig:
-        """The recipe: DEFAULT_RECIPE, its last stage overridden by card options of the same name."""
+        """The recipe: option ``recipe`` (RECIPES, default "default") up to option ``stage``
+        (1-based, default its last), that stage overridden by card options named like
+        TrainConfig's fields."""
+        name = str(self.options.get("recipe", "default"))
+        if name not in RECIPES:
+            raise InputError(
+                f"{self.name}: unknown recipe '{name}'; expected one of {', '.join(RECIPES)}"
+            )
+        stages = recipe_stages(RECIPES[name])
+        stage = self.options.get("stage", len(stages))
+        if isinstance(stage, bool) or not isinstance(stage, int) or not 1 <= stage <= len(stages):
+            raise InputError(
+                f"{self.name}: option stage={stage!r} picks a stage of recipe '{name}', "
+                f"expected an integer from 1 to {len(stages)}"
+            )
         fields = TrainConfig.__dataclass_fields__
         chosen = {k: v for k, v in self.options.items() if k in fields}
         check_number_options(self.name, TrainConfig, chosen)
@@ -127,7 +169,7 @@ class SAM2EdgeCard(StreamingSAM2Card):
                 f"expected one of {', '.join(training_splits)} (the held-out split is never "
                 "trained on)"
             )
-        return replace(DEFAULT_RECIPE, **chosen)
+        return replace(stages[stage - 1], **chosen)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:
         """Train (minutes on 2 CPU cores) or load the cached weights of this recipe."""
