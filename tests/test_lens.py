@@ -319,6 +319,17 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     # the prior rows replay the same stream with the run's calibrated prior
     prior = SettingPrior.load_json(run["prior"])
     assert prior.variant == report["config"]["variant"] == "top1"  # the scores it was fitted on
+    # the variant to deploy, read off the calibration scenes at K=6 (metered) only
+    from edgekit.lens_bench import REPORTED_VARIANTS
+    from edgekit.lens_report import add_summaries
+
+    choice = add_summaries(report)["variant_choice"]["photo-cnn onnx-fp32"]
+    assert set(choice["accuracy"]) == set(REPORTED_VARIANTS)
+    assert choice["accuracy"]["top1"] == calibration[f"lens K=6 {DEFAULT_STRATEGY}"]
+    assert (
+        choice["accuracy"]["top1-flip"] == calibration[f"lens K=6 {DEFAULT_STRATEGY} [top1-flip]"]
+    )
+    assert choice["accuracy"][choice["variant"]] == max(choice["accuracy"].values())
     assert prior.weight in PRIOR_WEIGHTS and prior.scenes == 2 * 10  # 2 environments x 10 scenes
     assert calibration[f"lens K=27 prior weight {prior.weight:g} (cross-fitted)"] == max(
         calibration[name] for name in weights

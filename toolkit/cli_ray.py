@@ -288,10 +288,9 @@ def print_lens(report: dict[str, Any], out: Path, console: Any) -> None:
     """The Lens report's tables, checks and notes (as ``edgekit eval lens``), written to
     ``out/lens.json`` and ``out/lens.png``, and each bundle's deployable Lens prior."""
     from edgekit.benchtable import write_report
-    from edgekit.lens_report import lens_checks, lens_plot, print_report, summarise, write_priors
+    from edgekit.lens_report import add_summaries, lens_plot, print_report, write_priors
 
-    report["summary"] = summarise(report)
-    report["checks"] = lens_checks(report)
+    add_summaries(report)
     write_report(report, out / "lens.json")
     write_priors(report, out)
     lens_plot(report, out / "lens.png")

@@ -217,6 +217,28 @@ def calibration_table(report: dict[str, Any]) -> Any:
     return table
 
 
+def variant_choice(report: dict[str, Any], k: int = 6) -> dict[str, dict[str, Any]]:
+    """Which VisiT variant to deploy, read from the *calibration* scenes only: per model, the
+    mean over seeds of Lens K=``k`` (default strategy) accuracy with each of
+    lens_bench.REPORTED_VARIANTS, and the best ({model: {"variant", "accuracy": {v: acc}}};
+    ties: the report's configured variant, then REPORTED_VARIANTS order). Empty without
+    calibration rows at K=``k``."""
+    from edgekit.lens import DEFAULT_STRATEGY
+    from edgekit.lens_bench import REPORTED_VARIANTS, lens_method
+
+    configured = report["config"].get("variant", "top1")
+    order = [configured, *(v for v in REPORTED_VARIANTS if v != configured)]
+    out = {}
+    for model, entry in report["models"].items():
+        calib = [r.get("calibration") or {} for r in entry["runs"]]
+        keys = {v: lens_method(k, DEFAULT_STRATEGY, None if v == configured else v) for v in order}
+        if not calib or any(key not in c for c in calib for key in keys.values()):
+            continue
+        accuracy = {v: float(np.mean([c[key] for c in calib])) for v, key in keys.items()}
+        out[model] = {"variant": max(order, key=lambda v: accuracy[v]), "accuracy": accuracy}
+    return out
+
+
 def visit_table(report: dict[str, Any]) -> Any:
     """A rich Table: is VisiT (the report's variant) a good judge of captures on this set? Per model (mean ± std
     over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
@@ -315,6 +337,15 @@ def lens_plot(report: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     return dest
 
 
+def add_summaries(report: dict[str, Any]) -> dict[str, Any]:
+    """Add "summary" (summarise), "checks" (lens_checks) and "variant_choice" to a finished
+    benchmark ``report`` (in place); returns it."""
+    report["summary"] = summarise(report)
+    report["checks"] = lens_checks(report)
+    report["variant_choice"] = variant_choice(report)
+    return report
+
+
 def print_report(report: dict[str, Any], console: Any) -> None:
     """The tables, checks and notes of one scene set's report on ``console``."""
     for table in (lens_table, environment_table, calibration_table, visit_table, overhead_table):
@@ -330,6 +361,15 @@ def print_report(report: dict[str, Any], console: Any) -> None:
                 f"{', '.join(f'{w:g}' for w in weights)}; deployable prior (all seeds' "
                 f"calibration scenes): {entry['prior']['weight']:g}"
             )
+    for model, choice in variant_choice(report).items():
+        others = ", ".join(
+            f"{v} {100 * a:.1f}" for v, a in choice["accuracy"].items() if v != choice["variant"]
+        )
+        console.print(
+            f"VisiT variant best on the calibration scenes (Lens K=6, all seeds), {model}: "
+            f"{choice['variant']} {100 * choice['accuracy'][choice['variant']]:.1f} % "
+            f"({others}); run lens --variant {choice['variant']}"
+        )
     for note in report["notes"]:
         console.print(f"note: {note}")
 
@@ -391,8 +431,7 @@ def eval_lens(
             variant=variant,
         )
         report = run_lens_bench(config, progress=progress)
-        report["summary"] = summarise(report)
-        report["checks"] = lens_checks(report)
+        add_summaries(report)
         write_report(report, out / f"lens-{scene_set}.json")
         write_priors(report, out)
         lens_plot(report, out / f"lens-{scene_set}.png")
