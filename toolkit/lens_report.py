@@ -240,8 +240,8 @@ def variant_choice(report: dict[str, Any], k: int = 6) -> dict[str, dict[str, An
 
 
 def visit_table(report: dict[str, Any]) -> Any:
-    """A rich Table: is VisiT (the report's variant) a good judge of captures on this set? Per model (mean ± std
-    over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
+    """A rich Table: is VisiT (the report's variant) a good judge of captures on this set? Per
+    model (mean ± std over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
     score of right / wrong / near-black captures, accuracy on near-black captures, and what
     Lens K=27's wrong picks are (near-black, blown-out, the most frequent wrong class)."""
     from rich.table import Table
