@@ -111,7 +111,7 @@ def classify(
 ) -> np.ndarray:
     """Logits (N, C) float32 of captures ``images`` (N, H, W, 3) uint8 in one ``run`` call."""
     name, size = input_spec(runner)
-    batch = np.stack(list(images)) if not isinstance(images, np.ndarray) else images
+    batch = as_batch(images)
     size = size or (int(batch.shape[1]), int(batch.shape[2]))
     feeds = {name: (preprocess or default_preprocess)(batch, size)}
     outputs = runner.run(feeds)
@@ -134,11 +134,16 @@ def visit_scores(
     predicted labels; a ``-flip`` variant runs the mirrored captures in the same batch).
     """
     _, flip = check_variant(variant)
-    batch = np.stack(list(images)) if not isinstance(images, np.ndarray) else images
+    batch = as_batch(images)
     n = len(batch)
     logits = classify(runner, with_mirrors(batch) if flip else batch, preprocess)
     scores = visit_from_logits(logits[:n], variant, logits[n:] if flip else None)
     return (scores, logits[:n]) if return_logits else scores
+
+
+def as_batch(images: np.ndarray | Sequence[np.ndarray]) -> np.ndarray:
+    """Captures as one (N, H, W, 3) array (a list of (H, W, 3) frames is stacked)."""
+    return images if isinstance(images, np.ndarray) else np.stack(list(images))
 
 
 def with_mirrors(images: np.ndarray) -> np.ndarray:
