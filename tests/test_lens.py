@@ -257,8 +257,8 @@ def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
 
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
-    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
-    from edgekit.lens_prior import PRIOR_WEIGHTS, SettingPrior
+    from edgekit.lens_bench import LensBenchConfig, prior_candidate_key, run_lens_bench
+    from edgekit.lens_prior import CANDIDATES, SettingPrior
     from edgekit.lens_report import (
         environment_table,
         lens_checks,
@@ -297,7 +297,7 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         for k in (3, 6, 9)
         for v in ("entropy", "margin", "top1-flip")
     }
-    weights = {f"lens K=27 prior weight {w:g} (cross-fitted)" for w in PRIOR_WEIGHTS}
+    weights = {prior_candidate_key(f, w) for f, w in CANDIDATES}
     assert set(calibration) == strategies | variants | fused | weights
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
     assert all(0.0 <= a <= 1.0 for a in acc.values())
@@ -330,8 +330,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
         choice["accuracy"]["top1-flip"] == calibration[f"lens K=6 {DEFAULT_STRATEGY} [top1-flip]"]
     )
     assert choice["accuracy"][choice["variant"]] == max(choice["accuracy"].values())
-    assert prior.weight in PRIOR_WEIGHTS and prior.scenes == 2 * 10  # 2 environments x 10 scenes
-    assert calibration[f"lens K=27 prior weight {prior.weight:g} (cross-fitted)"] == max(
+    assert (prior.form, prior.weight) in CANDIDATES and prior.scenes == 2 * 10  # 2 envs x 10
+    assert calibration[prior_candidate_key(prior.form, prior.weight)] == max(
         calibration[name] for name in weights
     )
     pooled = SettingPrior.load_json(report["models"]["photo-cnn onnx-fp32"]["prior"])

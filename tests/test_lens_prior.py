@@ -12,7 +12,7 @@ import pytest
 from edgekit.errors import InputError
 from edgekit.lens import LensController, paper_grid
 from edgekit.lens_prior import (
-    PRIOR_WEIGHTS,
+    CANDIDATES,
     SettingPrior,
     adjusted_scores,
     choose_weight,
@@ -50,16 +50,30 @@ def test_smoothed_accuracy_and_adjusted_scores() -> None:
         visit_quality(scores, "confidence")
     with pytest.raises(InputError, match="scenes, settings"):
         smoothed_accuracy(np.zeros(3, bool))
+    # "offset": VisiT minus weight x (calibration confidence - accuracy) of each setting
+    conf = np.array([0.8, 0.6, 0.5])  # setting 0 is 0.7 over-confident, setting 1 0.3 under
+    offset = adjusted_scores(scores, acc, 1.0, form="offset", confidence=conf)
+    np.testing.assert_allclose(offset, [0.9 - 0.7, 0.5 + 0.3, 0.6 - 0.0])
+    assert np.argmax(offset) == 1
+    np.testing.assert_allclose(
+        adjusted_scores(scores, acc, 0.0, form="offset", confidence=conf), scores
+    )
+    with pytest.raises(InputError, match="unknown Lens prior form 'linear'"):
+        adjusted_scores(scores, acc, 1.0, form="linear")
+    with pytest.raises(InputError, match="calibration confidence"):
+        adjusted_scores(scores, acc, 1.0, form="offset")
 
 
 def test_the_weight_is_chosen_by_cross_fitting_on_calibration_only() -> None:
     scores, correct = misleading_captures()
-    weight, results = choose_weight(scores, correct)
-    assert set(results) == set(PRIOR_WEIGHTS)
-    assert weight > 0 and results[weight] > results[0.0] + 0.5  # VisiT alone picks setting 20
-    # a VisiT that already ranks right captures first keeps weight 0 (ties go to the smaller)
+    (form, weight), results = choose_weight(scores, correct)
+    assert set(results) == set(CANDIDATES) and form in ("log", "offset")
+    # VisiT alone picks setting 20; the chosen prior fixes that on the held-out halves
+    assert weight > 0 and results[(form, weight)] > results[("log", 0.0)] + 0.5
+    assert results[(form, weight)] == max(results.values())
+    # a VisiT that already ranks right captures first keeps VisiT alone (ties go to weight 0)
     honest = np.where(correct, 0.9, 0.3)
-    assert choose_weight(honest, correct)[0] == 0.0
+    assert choose_weight(honest, correct)[0] == ("log", 0.0)
     with pytest.raises(InputError, match="at least 2 calibration scenes"):
         choose_weight(scores[:, :1], correct[:, :1])
     with pytest.raises(InputError, match=r"\(E, S, N\)"):
@@ -92,7 +106,9 @@ def test_prior_files_round_trip_and_bad_files_are_clear_errors(tmp_path: Path) -
     path = prior.save(tmp_path / "prior.json")
     back = SettingPrior.load(path)
     assert back.weight == prior.weight and back.settings == SETTINGS and back.scenes == 24
+    assert back.form == prior.form and back.cross_fit == pytest.approx(prior.cross_fit)
     np.testing.assert_allclose(back.accuracy, prior.accuracy, atol=1e-6)
+    np.testing.assert_allclose(back.confidence, scores.reshape(-1, 27).mean(0), atol=1e-6)
     assert not list(tmp_path.glob("*.tmp*"))  # written atomically, nothing left behind
     with pytest.raises(InputError, match="not found"):
         SettingPrior.load(tmp_path / "missing.json")
@@ -109,6 +125,9 @@ def test_prior_files_round_trip_and_bad_files_are_clear_errors(tmp_path: Path) -
         ("accuracy", [0.0] * 27, r"\(0, 1\]"),
         ("weight", -1, "'weight' must be >= 0"),
         ("variant", "confidence", "unknown VisiT variant"),
+        ("form", "linear", "unknown 'form'"),
+        ("confidence", [0.5] * 3, "one entry per setting"),
+        ("cross_fit", [["log"]], "'cross_fit' must be"),
     ):
         bad.write_text(json.dumps({**raw, field: value}))
         with pytest.raises(InputError, match=message):
@@ -158,14 +177,47 @@ def test_priors_of_several_seeds_pool_their_counts_and_cross_fits() -> None:
     assert pooled.scenes == len(every) and pooled.model == "photo-vit onnx-fp32"
     np.testing.assert_allclose(pooled.accuracy, smoothed_accuracy(every))
     scenes = [SettingPrior.load_json(r).scenes for r in runs]
-    mean = {
-        w: sum(dict(r["cross_fit"])[w] * n for r, n in zip(runs, scenes, strict=True))
-        for w in PRIOR_WEIGHTS
-    }
-    assert mean[pooled.weight] == max(mean.values())
-    assert pooled.cross_fit == pytest.approx({w: m / pooled.scenes for w, m in mean.items()})
+    tables = [SettingPrior.load_json(r).cross_fit for r in runs]
+    mean = {c: sum(t[c] * n for t, n in zip(tables, scenes, strict=True)) for c in CANDIDATES}
+    assert mean[(pooled.form, pooled.weight)] == max(mean.values())
+    assert pooled.cross_fit == pytest.approx({c: m / pooled.scenes for c, m in mean.items()})
+    confidences = [sc.reshape(-1, 27).mean(0) * len(sc.reshape(-1, 27)) for sc, _ in fits]
+    np.testing.assert_allclose(pooled.confidence, sum(confidences) / pooled.scenes, atol=1e-5)
     other = {**runs[0], "settings": SETTINGS[::-1]}
     with pytest.raises(InputError, match="cannot be pooled"):
         pool_priors([runs[0], other])
     with pytest.raises(InputError, match="at least one run"):
         pool_priors([])
+
+
+def test_an_offset_prior_ranks_by_visit_minus_the_settings_over_confidence() -> None:
+    """Setting 20 is always wrong and on the calibration scenes always 0.9 confident; setting
+    4 is mostly right at 0.6. The offset prior takes 20's over-confidence off its score."""
+    scores, correct = misleading_captures()
+    prior = SettingPrior.fit(scores, correct, SETTINGS)
+    offset = SettingPrior(
+        prior.accuracy, 1.0, SETTINGS, scenes=prior.scenes, form="offset",
+        confidence=scores.reshape(-1, 27).mean(0),
+    )  # fmt: skip
+    controller = LensController(None, None, budget_k=27, prior=offset)  # type: ignore[arg-type]
+    test_scores, _ = misleading_captures(seed=1)
+    assert controller.decide_from_scores(test_scores[0, 0])[0] == 4
+    ranked = offset.adjust(np.array([0.6, 0.7]), [4, 20])
+    acc, conf = offset.accuracy, offset.confidence
+    np.testing.assert_allclose(ranked, [0.6 - (conf[4] - acc[4]), 0.7 - (conf[20] - acc[20])])
+    assert offset.describe() == "offset, weight 1" and prior.describe() != "VisiT alone"
+    with pytest.raises(InputError, match="needs its 'confidence'"):
+        SettingPrior.load_json({**offset.to_json(), "confidence": None})
+
+
+def test_a_session_18_prior_file_reads_as_the_log_form(tmp_path: Path) -> None:
+    scores, correct = misleading_captures()
+    raw = SettingPrior.fit(scores, correct, SETTINGS).to_json()
+    old = {k: v for k, v in raw.items() if k not in ("form", "confidence")}
+    old["weight"] = 2.0
+    old["cross_fit"] = [[0.0, 0.4], [2.0, 0.9]]  # [weight, accuracy] pairs, no form
+    prior = SettingPrior.load_json(old)
+    assert prior.form == "log" and prior.confidence is None and prior.weight == 2.0
+    assert prior.cross_fit == {("log", 0.0): 0.4, ("log", 2.0): 0.9}
+    ranked = prior.adjust(np.array([0.5, 0.8]), [0, 1])
+    np.testing.assert_allclose(ranked, np.log([0.5, 0.8]) + 2.0 * np.log(prior.accuracy[:2]))

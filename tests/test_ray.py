@@ -298,7 +298,11 @@ def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
     pooled = SettingPrior.load_json(entry["prior"])
     assert pooled.variant == "top1-flip"
     assert pooled.scenes == sum(SettingPrior.load_json(r["prior"]).scenes for r in entry["runs"])
-    print_lens(report, tmp_path, wide_console())
+    console = wide_console()
+    with console.capture() as printed:
+        print_lens(report, tmp_path, console)
+    line = next(x for x in printed.get().splitlines() if x.startswith("prior chosen"))
+    assert line.endswith(f"(all seeds' calibration scenes): {pooled.describe()}")
     saved = SettingPrior.load(prior_path(tmp_path, "wide-range", "photo-cnn onnx-fp32"))
     assert saved.weight == pooled.weight and saved.scenes == 2 * 20
 

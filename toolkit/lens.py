@@ -181,6 +181,7 @@ class Decision:
     image: np.ndarray | None = None
     over_budget: bool = False
     prior_weight: float | None = None
+    prior_form: str | None = None  # "log" or "offset" (lens_prior), None without a prior
     variant: str = "top1"  # the VisiT variant that scored the candidates
 
     def to_json(self) -> dict[str, Any]:
@@ -200,6 +201,7 @@ class Decision:
             "decision": self.decision,
             "over_budget": self.over_budget,
             "prior_weight": self.prior_weight,
+            "prior_form": self.prior_form,
             "variant": self.variant,
         }
 
@@ -422,6 +424,7 @@ class LensController:
             over_budget=self.latency_budget_s is not None
             and sum(self.capture_cost_s(i) for i in candidates) > self.latency_budget_s,
             prior_weight=None if self.setting_prior is None else self.setting_prior.weight,
+            prior_form=None if self.setting_prior is None else self.setting_prior.form,
             variant=self.variant,
         )
 

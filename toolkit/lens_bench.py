@@ -367,8 +367,8 @@ def evaluate_seed(
             fused = fused_prediction(calib["grid_pred"], calib["grid_score"], taken)
             calibration[name] = float(np.mean(fused == calib_labels[None]))
     prior = fit_prior(calib, calib_labels, variant)
-    for w, acc in prior.cross_fit.items():
-        calibration[f"lens K=27 prior weight {w:g} (cross-fitted)"] = acc
+    for (form, w), acc in prior.cross_fit.items():
+        calibration[prior_candidate_key(form, w)] = acc
     prior_rows = [(27, None)] + [
         (k, selected_strategy(calibration, k)) for k in ks if k < correct.shape[2] and calib_caps
     ]
@@ -399,10 +399,16 @@ def evaluate_seed(
     }
 
 
+def prior_candidate_key(form: str, weight: float) -> str:
+    """Calibration key of one cross-fitted prior candidate: "lens K=27 prior log 0.5
+    (cross-fitted)"."""
+    return f"lens K=27 prior {form} {weight:g} (cross-fitted)"
+
+
 def fit_prior(calib: dict[str, np.ndarray], calib_labels: np.ndarray, variant: str = "top1") -> Any:
     """A lens_prior.SettingPrior over the paper grid fitted on scored calibration captures
     (``calib`` from score_captures, "grid_score" (E, S, 27) of ``variant``; ``calib_labels``
-    (S,)), its weight cross-fitted (``cross_fit``: every candidate weight's accuracy)."""
+    (S,)), its form and weight cross-fitted (``cross_fit``: every candidate's accuracy)."""
     from edgekit.lens_prior import SettingPrior
 
     correct = calib["grid_pred"] == np.asarray(calib_labels)[None, :, None]  # (E, S, 27)

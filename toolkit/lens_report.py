@@ -353,13 +353,15 @@ def print_report(report: dict[str, Any], console: Any) -> None:
     for c in report["checks"]:
         mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
         console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
+    from edgekit.lens_prior import SettingPrior
+
     for model, entry in report["models"].items():
-        weights = [r["prior"]["weight"] for r in entry["runs"] if r.get("prior")]
-        if weights:
+        chosen = [SettingPrior.load_json(r["prior"]) for r in entry["runs"] if r.get("prior")]
+        if chosen:
             console.print(
-                f"prior weight chosen on the calibration scenes, {model}: per seed "
-                f"{', '.join(f'{w:g}' for w in weights)}; deployable prior (all seeds' "
-                f"calibration scenes): {entry['prior']['weight']:g}"
+                f"prior chosen on the calibration scenes, {model}: per seed "
+                f"{'; '.join(p.describe() for p in chosen)}; deployable prior (all seeds' "
+                f"calibration scenes): {SettingPrior.load_json(entry['prior']).describe()}"
             )
     for model, choice in variant_choice(report).items():
         others = ", ".join(
