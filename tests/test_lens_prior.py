@@ -141,8 +141,10 @@ def test_run_lens_with_a_prior_file(tmp_path: Path) -> None:
     path = SettingPrior.fit(scores, correct, SETTINGS).save(tmp_path / "prior.json")
     log = tmp_path / "lens.jsonl"
     rows = run_lens("sim:seed=2,lighting=dim-room", "photo-cnn", 27, 2, log, prior=path)
-    weight = SettingPrior.load(path).weight
-    assert [row["prior_weight"] for row in rows] == [weight, weight]
+    saved = SettingPrior.load(path)
+    assert [(row["prior_weight"], row["prior_form"]) for row in rows] == [
+        (saved.weight, saved.form)
+    ] * 2
     # the setting ranked first is the one with the best log VisiT + weight x log prior
     prior = SettingPrior.load(path)
     for row in rows:
