@@ -203,7 +203,7 @@ class SettingPrior:
         )
 
     def describe(self) -> str:
-        """ "VisiT alone", "log, weight 2" or "offset, weight 1"."""
+        """How the prior ranks, for reports: "VisiT alone", "log, weight 2", "offset, weight 1"."""
         return "VisiT alone" if self.weight == 0 else f"{self.form}, weight {self.weight:g}"
 
     def to_json(self) -> dict[str, Any]:
@@ -270,9 +270,11 @@ class SettingPrior:
         visit_quality(np.zeros(1), variant)  # an unknown variant: InputError
         try:
             cross_fit = {}
-            for e in raw.get("cross_fit", []):
-                form_w, accuracy = (("log", e[0]) if len(e) == 2 else (e[0], e[1])), e[-1]
-                cross_fit[(str(form_w[0]), float(form_w[1]))] = float(accuracy)
+            for entry in raw.get("cross_fit", []):
+                if len(entry) == 2:  # session 18 and before: [weight, accuracy] of the log form
+                    entry = ["log", *entry]
+                name, w, accuracy = entry
+                cross_fit[(str(name), float(w))] = float(accuracy)
         except (TypeError, ValueError, IndexError) as exc:
             raise InputError(
                 f"{source}: 'cross_fit' must be [[form, weight, accuracy], ...]"

@@ -348,13 +348,13 @@ def add_summaries(report: dict[str, Any]) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any], console: Any) -> None:
     """The tables, checks and notes of one scene set's report on ``console``."""
+    from edgekit.lens_prior import SettingPrior
+
     for table in (lens_table, environment_table, calibration_table, visit_table, overhead_table):
         console.print(table(report))
     for c in report["checks"]:
         mark = "[green]PASS[/]" if c["passed"] else "[red]FAIL[/]"
         console.print(f"{mark} {c['model']}: {c['claim']} ({c['detail']})")
-    from edgekit.lens_prior import SettingPrior
-
     for model, entry in report["models"].items():
         chosen = [SettingPrior.load_json(r["prior"]) for r in entry["runs"] if r.get("prior")]
         if chosen:
