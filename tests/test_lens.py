@@ -257,8 +257,8 @@ def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
 
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
-    from edgekit.lens_bench import LensBenchConfig, prior_candidate_key, run_lens_bench
-    from edgekit.lens_prior import CANDIDATES, SettingPrior
+    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
+    from edgekit.lens_prior import CANDIDATES, SettingPrior, prior_candidate_key
     from edgekit.lens_report import (
         environment_table,
         lens_checks,

@@ -366,6 +366,8 @@ def evaluate_seed(
             )  # fmt: skip
             fused = fused_prediction(calib["grid_pred"], calib["grid_score"], taken)
             calibration[name] = float(np.mean(fused == calib_labels[None]))
+    from edgekit.lens_prior import prior_candidate_key
+
     prior = fit_prior(calib, calib_labels, variant)
     for (form, w), acc in prior.cross_fit.items():
         calibration[prior_candidate_key(form, w)] = acc
@@ -397,12 +399,6 @@ def evaluate_seed(
         "visit": diagnostics,
         "prior": prior.to_json(),
     }
-
-
-def prior_candidate_key(form: str, weight: float) -> str:
-    """Calibration key of one cross-fitted prior candidate: "lens K=27 prior log 0.5
-    (cross-fitted)"."""
-    return f"lens K=27 prior {form} {weight:g} (cross-fitted)"
 
 
 def fit_prior(calib: dict[str, np.ndarray], calib_labels: np.ndarray, variant: str = "top1") -> Any:

@@ -94,6 +94,12 @@ def _k27_accuracy(scores: np.ndarray, correct: np.ndarray) -> float:
     return float(correct[np.arange(len(picks)), picks].mean())
 
 
+def prior_candidate_key(form: str, weight: float) -> str:
+    """Calibration key of one cross-fitted prior candidate: "lens K=27 prior log 0.5
+    (cross-fitted)"."""
+    return f"lens K=27 prior {form} {weight:g} (cross-fitted)"
+
+
 def best_candidate(results: dict[tuple[str, float], float]) -> tuple[str, float]:
     """The (form, weight) of ``results`` with the highest accuracy; ties go to weight 0 (VisiT
     alone), then to the earlier candidate in CANDIDATES order ("log" before "offset", smaller
