@@ -107,7 +107,11 @@ def test_bad_inputs_give_one_clear_error(tmp_path: Path) -> None:
     assert other.returncode == 2 and "--variant picks the VisiT of `edgekit eval lens`" in (
         other.stderr
     )
-    for out in (res, variant, other):
+    calib = edgekit("eval", "lens", "--calib-per-class", "0")
+    assert calib.returncode == 2 and "--calib-per-class is 0; it needs at least 1" in calib.stderr
+    scenes = edgekit("eval", "sam2-edge", "--test-per-class", "8")
+    assert scenes.returncode == 2 and "are options of `edgekit eval lens`" in scenes.stderr
+    for out in (res, variant, other, calib, scenes):
         assert "Traceback" not in out.stderr
 
 

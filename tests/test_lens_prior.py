@@ -157,8 +157,11 @@ def test_run_lens_with_a_prior_file(tmp_path: Path) -> None:
 def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
     from edgekit.lens_report import eval_lens, prior_path
 
-    reports = eval_lens(tmp_path, 1, ["dim-room"], 1, progress=False, models=["photo-cnn"])
+    reports = eval_lens(
+        tmp_path, 1, ["dim-room"], 1, progress=False, models=["photo-cnn"], calib_per_class=1
+    )
     report = reports["wide-range"]
+    assert report["config"]["calibration_scenes"] == 10
     assert (tmp_path / "lens-wide-range.json").is_file()
     for model in ("photo-cnn onnx-fp32", "photo-cnn onnx-int8"):
         path = prior_path(tmp_path, "wide-range", model)
@@ -166,7 +169,7 @@ def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
         prior = SettingPrior.load(path)
         assert prior.model == model and prior.settings == SETTINGS
         assert prior.weight == report["models"][model]["prior"]["weight"]
-        assert prior.scenes == 20  # 1 environment x 20 calibration scenes
+        assert prior.scenes == 10  # 1 environment x 10 calibration scenes (1 per class)
 
 
 def test_priors_of_several_seeds_pool_their_counts_and_cross_fits() -> None:

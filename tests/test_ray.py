@@ -290,7 +290,9 @@ def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
     from edgekit.ray_fanout import eval_lens_ray
 
     targets = (("photo-cnn", "onnx-fp32"),)
-    report = eval_lens_ray(2, ["dim-room"], 1, progress=False, targets=targets, variant="top1-flip")
+    report = eval_lens_ray(
+        2, ["dim-room"], 1, progress=False, targets=targets, variant="top1-flip", calib_per_class=1
+    )
     entry = report["models"]["photo-cnn onnx-fp32"]
     assert [run["seed"] for run in entry["runs"]] == [0, 1] and report["failed_seeds"] == []
     assert report["config"]["variant"] == "top1-flip"  # every seed's task scored with it
@@ -304,7 +306,7 @@ def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
     line = next(x for x in printed.get().splitlines() if x.startswith("prior chosen"))
     assert line.endswith(f"(all seeds' calibration scenes): {pooled.describe()}")
     saved = SettingPrior.load(prior_path(tmp_path, "wide-range", "photo-cnn onnx-fp32"))
-    assert saved.weight == pooled.weight and saved.scenes == 2 * 20
+    assert saved.weight == pooled.weight and saved.scenes == 2 * 10  # 2 seeds x 1 per class
 
 
 # ---- without Ray ------------------------------------------------------------------------------

@@ -43,6 +43,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         test_per_class: Annotated[
             int, typer.Option(help="lens: held-out scenes per class and seed")
         ] = 4,
+        calib_per_class: Annotated[
+            int,
+            typer.Option(
+                help="lens: calibration scenes per class and seed (they fit the setting prior "
+                "and pick the VisiT variant; never scored)"
+            ),
+        ] = 2,
         lens_model: Annotated[
             list[str] | None,
             typer.Option(
@@ -98,12 +105,17 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                     f"--variant picks the VisiT of `edgekit eval lens`, not of '{model}'"
                 )
             check_variant(variant)
+        if model != "lens" and (test_per_class, calib_per_class) != (4, 2):
+            raise InputError(
+                f"--test-per-class / --calib-per-class are options of `edgekit eval lens`, "
+                f"not of '{model}'"
+            )
         if ray:
             from edgekit.cli_ray import eval_on_ray
 
             failed = eval_on_ray(
                 model, bundle or [], runtime or [], ray, out, seeds, env, test_per_class,
-                console(), json_out, lens_model, variant,
+                console(), json_out, lens_model, variant, calib_per_class,
             )  # fmt: skip
             if failed:
                 raise typer.Exit(1)
@@ -122,7 +134,7 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
 
             eval_lens(
                 out, seeds, env or None, test_per_class, progress=True, models=lens_model,
-                variant=variant,
+                variant=variant, calib_per_class=calib_per_class,
             )  # fmt: skip
             return
         from edgekit.registry import get_card

@@ -217,10 +217,11 @@ def eval_on_ray(
     json_out: Path | None = None,
     lens_models: Sequence[str] | None = None,
     variant: str = "top1",
+    calib_per_class: int = 2,
 ) -> int:
     """``edgekit eval MODEL|lens --ray ADDRESS``: fan out, print, write JSON; returns the number
     of failed cells (cli.py exits 1 when it is not 0). ``lens_models`` / ``variant``: as ``eval
-    lens --model`` / ``--variant``."""
+    lens --model`` / ``--variant`` / ``--calib-per-class``."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
     from edgekit.ray_fanout import eval_lens_ray, eval_ray
@@ -231,8 +232,9 @@ def eval_on_ray(
 
         targets = lens_targets(list(lens_models or []))
         report = eval_lens_ray(
-            seeds, environments, test_per_class, address, targets=targets, variant=variant
-        )
+            seeds, environments, test_per_class, address, targets=targets, variant=variant,
+            calib_per_class=calib_per_class,
+        )  # fmt: skip
         print_lens(report, Path(out), console)
         return len(report["failed_seeds"])
     report = eval_ray(model, [str(b) for b in bundles], runtimes, address)

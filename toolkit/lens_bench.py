@@ -47,6 +47,7 @@ from edgekit.lens_baselines import (
 from edgekit.lens_captures import (
     AE_METERING,
     capture_set,
+    check_bench_counts,
     lighting_names,
     resolve_scene_set,
     scene_crops,
@@ -416,16 +417,14 @@ def run_lens_bench(
     config: LensBenchConfig, progress: bool = True, bundle_root: Path | None = None
 ) -> dict[str, Any]:
     """Run the benchmark; returns the report (schema "edgekit.lens-bench/1", see lens_report)."""
-    from edgekit.errors import InputError
     from edgekit.progress import step_progress
     from edgekit.visit import classify
 
+    check_bench_counts(config.test_per_class, config.calib_per_class, config.ae_metering)
     notes = list(config.notes)
     bundles = bench_bundles(config.targets, bundle_root, notes)
     scene_set = resolve_scene_set(config.scene_set, config.environments)
     envs = list(config.environments or lighting_names(scene_set))
-    if not config.ae_metering:
-        raise InputError("ae_metering needs at least one metering mode, e.g. ('average',)")
     ks = sorted(set(config.ks))
     sessions = {name: b.session() for name, b in bundles.items()}
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in sessions}

@@ -79,6 +79,21 @@ def bench_camera(scene: np.ndarray, env: str, seed: int, scene_set: str, meterin
     )  # fmt: skip
 
 
+def check_bench_counts(
+    test_per_class: int, calib_per_class: int, ae_metering: tuple[str, ...]
+) -> None:
+    """Refuse a Lens benchmark with no test or calibration scenes or no metering mode
+    (InputError naming the value and what is expected)."""
+    from edgekit.errors import InputError
+
+    for name, value in (("test_per_class", test_per_class), ("calib_per_class", calib_per_class)):
+        if int(value) < 1:
+            flag = name.replace("_", "-")
+            raise InputError(f"--{flag} is {value}; it needs at least 1 scene per class and seed")
+    if not ae_metering:
+        raise InputError("ae_metering needs at least one metering mode, e.g. ('average',)")
+
+
 def scene_crops(per_class: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Held-out-band crops (10 * per_class, 64, 64, 3) float32 in [0, 1] and labels (N,) int."""
     import torch

@@ -403,13 +403,15 @@ def eval_lens(
     scene_sets: tuple[str, ...] | None = None,
     models: list[str] | None = None,
     variant: str = "top1",
+    calib_per_class: int = 2,
 ) -> dict[str, Any]:
     """``edgekit eval lens``: run the benchmark on each scene set (default: both,
     "es-diverse" then "wide-range"; with ``environments``, the set holding them), print the
     tables and checks, write ``<out_dir>/lens-<set>.json`` and ``<out_dir>/lens-<set>.png``;
     returns {set: report (with summary and checks)}. ``models``: classifier specs to bench
     ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS).
-    ``variant``: the VisiT variant of the headline rows and checks (visit.VARIANTS)."""
+    ``variant``: the VisiT variant of the headline rows and checks (visit.VARIANTS);
+    ``calib_per_class``: calibration scenes per class and seed (prior and variant choice)."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
     from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
@@ -429,6 +431,7 @@ def eval_lens(
             environments=tuple(environments) if environments else None,
             scene_set=scene_set,
             test_per_class=test_per_class,
+            calib_per_class=calib_per_class,
             targets=targets,
             variant=variant,
         )

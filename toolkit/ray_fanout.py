@@ -109,15 +109,18 @@ def lens_seed_cell(
     test_per_class: int,
     targets: tuple[tuple[str, ...], ...] | None = None,
     variant: str = "top1",
+    calib_per_class: int = 2,
 ) -> dict:
     """The Lens benchmark for one simulator seed (``run_lens_bench`` on this node) over
-    ``targets`` (default: lens_bench.BENCH_TARGETS), VisiT ``variant``."""
+    ``targets`` (default: lens_bench.BENCH_TARGETS), VisiT ``variant``, ``calib_per_class``
+    calibration scenes per class."""
     from edgekit.lens_bench import BENCH_TARGETS, LensBenchConfig, run_lens_bench
 
     config = LensBenchConfig(
         seeds=(seed,),
         environments=tuple(environments) if environments else None,
         test_per_class=test_per_class,
+        calib_per_class=calib_per_class,
         targets=targets or BENCH_TARGETS,
         variant=variant,
     )
@@ -361,9 +364,11 @@ def eval_lens_ray(
     timeout_s: float = 7200.0,
     targets: tuple[tuple[str, ...], ...] | None = None,
     variant: str = "top1",
+    calib_per_class: int = 2,
 ) -> dict[str, Any]:
     """``edgekit eval lens --ray ADDRESS``: one Ray task per simulator seed over ``targets``
-    (default: lens_bench.BENCH_TARGETS) with VisiT ``variant``, merged into one
+    (default: lens_bench.BENCH_TARGETS) with VisiT ``variant`` and ``calib_per_class``
+    calibration scenes per class, merged into one
     ``edgekit.lens-bench/1`` report (runs in seed order; VisiT timings of the first seed's
     node). A seed that still fails after its retries is listed in ``failed_seeds`` and the
     notes. Each node builds (trains, exports) the Lens bundles once into its own cache."""
@@ -378,7 +383,8 @@ def eval_lens_ray(
     with ray_cluster(address, runtime_env) as cluster:
         task = _remote(lens_seed_cell, max_retries, 1.0)
         envs = list(environments) if environments else None
-        refs = [task.remote(seed, envs, test_per_class, targets, variant) for seed in range(seeds)]
+        args = (envs, test_per_class, targets, variant, calib_per_class)
+        refs = [task.remote(seed, *args) for seed in range(seeds)]
         names = [f"seed {seed}" for seed in range(seeds)]
         values, errors = gather(refs, names, timeout_s, max_retries + 1, progress)
     done = [v for v in values if v is not None]
