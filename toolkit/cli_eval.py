@@ -46,8 +46,9 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         calib_per_class: Annotated[
             int,
             typer.Option(
-                help="lens: calibration scenes per class and seed (they fit the setting prior "
-                "and pick the VisiT variant; never scored)"
+                help="lens: calibration scenes per class and seed (best-fixed, the candidate "
+                "strategy, the VisiT variant and the setting prior are chosen on them; never "
+                "scored)"
             ),
         ] = 2,
         lens_model: Annotated[
