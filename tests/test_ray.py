@@ -303,6 +303,8 @@ def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
     console = wide_console()
     with console.capture() as printed:
         print_lens(report, tmp_path, console)
+    words = " ".join(printed.get().split())  # the table title may wrap
+    assert "10 test scenes, 10 calibration x 1 lighting environments" in words
     line = next(x for x in printed.get().splitlines() if x.startswith("prior chosen"))
     assert line.endswith(f"(all seeds' calibration scenes): {pooled.describe()}")
     saved = SettingPrior.load(prior_path(tmp_path, "wide-range", "photo-cnn onnx-fp32"))

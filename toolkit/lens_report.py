@@ -148,11 +148,15 @@ def lens_table(report: dict[str, Any]) -> Any:
 
     summary = summarise(report)
     seeds = len(report["config"]["seeds"])
-    scene_set = report["config"].get("scene_set", "wide-range")
+    config = report["config"]
+    scene_set = config.get("scene_set", "wide-range")
+    calib = (
+        f", {config['calibration_scenes']} calibration" if "calibration_scenes" in config else ""
+    )
     table = Table(
         title=f"Lens on the simulated '{scene_set}' set (mean ± std over {seeds} seeds; "
-        f"{report['config']['test_scenes']} test scenes x {len(report['config']['environments'])} "
-        f"lighting environments; VisiT {report['config'].get('variant', 'top1')})"
+        f"{config['test_scenes']} test scenes{calib} x {len(config['environments'])} "
+        f"lighting environments; VisiT {config.get('variant', 'top1')})"
     )
     for col in ("Model", "Method", "Top-1 (%)", "Captures", "Capture→decision (ms)", "VisiT (ms)"):
         table.add_column(col, justify="left" if col in ("Model", "Method") else "right")
