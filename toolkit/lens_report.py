@@ -415,7 +415,8 @@ def eval_lens(
     returns {set: report (with summary and checks)}. ``models``: classifier specs to bench
     ("photo-cnn:sensor-aware": its fp32 and int8 bundles; default: lens_bench.BENCH_TARGETS).
     ``variant``: the VisiT variant of the headline rows and checks (visit.VARIANTS);
-    ``calib_per_class``: calibration scenes per class and seed (prior and variant choice)."""
+    ``calib_per_class``: calibration scenes per class and seed (they choose best-fixed, the
+    candidate strategy, the VisiT variant and the prior)."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
     from edgekit.lens_bench import LensBenchConfig, lens_targets, run_lens_bench
