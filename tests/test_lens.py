@@ -417,3 +417,20 @@ def test_auroc_matches_pairwise_definition() -> None:
     expected = np.mean([1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs])
     assert auroc(scores, positive) == pytest.approx(expected)
     assert math.isnan(auroc(scores, np.zeros(5, bool)))
+
+
+def test_good_exposure_auroc_ignores_the_easy_pairs() -> None:
+    """A VisiT that only tells a dark capture from a good one: it ranks the right capture above
+    the dark one but below the wrong good one, so among the good exposures its AUROC is 0."""
+    from edgekit.lens_diagnostics import good_exposures, within_scene_auroc
+
+    # 1 environment, 4 scenes, 3 settings: 0 and 1 good (right on 2 scenes each), 2 dark (never)
+    correct = np.array([[[1, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0]]], bool)
+    scores = np.where(correct, 0.6, 0.7)  # the wrong good capture scores higher ...
+    scores[..., 2] = 0.1  # ... and the dark one lowest
+    keep = good_exposures(correct)
+    assert keep.tolist() == [[True, True, False]]
+    assert within_scene_auroc(scores, correct) == pytest.approx(0.5)  # right beats dark only
+    assert within_scene_auroc(scores, correct, keep) == 0.0
+    assert within_scene_auroc(-scores, correct, keep) == 1.0
+    assert math.isnan(within_scene_auroc(scores, np.zeros_like(correct), keep))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 DARK_LEVEL, BRIGHT_LEVEL = 20.0, 235.0  # mean 8-bit level of a near-black / blown-out capture
+GOOD_MARGIN = 0.05  # a "good exposure": a setting within 5 points of the environment's best
 
 
 def auroc(scores: np.ndarray, positive: np.ndarray) -> float:
@@ -22,22 +23,42 @@ def auroc(scores: np.ndarray, positive: np.ndarray) -> float:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def within_scene_auroc(
+    scores: np.ndarray, correct: np.ndarray, keep: np.ndarray | None = None
+) -> float:
+    """Mean over (environment, scene) of the AUROC of ``scores`` (E, S, N) for right vs wrong
+    captures (``correct`` (E, S, N) bool) of that scene, over the captures ``keep`` (E, N) bool
+    of its environment (None: all); scenes with only right or only wrong kept captures are
+    skipped; NaN when none is left."""
+    keep = np.ones((scores.shape[0], scores.shape[2]), bool) if keep is None else keep
+    per_scene = [
+        auroc(scores[e, s, keep[e]], correct[e, s, keep[e]])
+        for e in range(scores.shape[0])
+        for s in range(scores.shape[1])
+        if 0 < correct[e, s, keep[e]].sum() < keep[e].sum()
+    ]
+    return float(np.mean(per_scene)) if per_scene else float("nan")
+
+
+def good_exposures(correct: np.ndarray, margin: float = GOOD_MARGIN) -> np.ndarray:
+    """(E, N) bool: per environment, the settings whose accuracy over its scenes (``correct``
+    (E, S, N)) is within ``margin`` of the environment's best setting."""
+    accuracy = correct.mean(axis=1)  # (E, N)
+    return accuracy >= accuracy.max(axis=1, keepdims=True) - margin
+
+
 def visit_diagnostics(
     scores: np.ndarray, correct: np.ndarray, pred: np.ndarray, caps: dict[str, np.ndarray]
 ) -> dict[str, float]:
     """How well VisiT (``scores`` (E, S, 27)) tells right captures (``correct`` (E, S, 27)) from
     wrong ones: "auroc" over all captures, "auroc_within_scene" (mean over scenes with both
-    kinds), mean score of right / wrong / near-black captures, and of Lens K=27's wrong picks the
+    kinds), "auroc_good_exposures" (the same over each environment's good exposures only,
+    good_exposures: can VisiT tell the right capture among captures that are all about equally
+    good on average?), mean score of right / wrong / near-black captures, and of Lens K=27's wrong picks the
     share that are near-black or blown out ("grid_mean" (E, S, 27) mean 8-bit level) and the share
     that predict the most frequent wrong class ("top_wrong_class")."""
     level = caps["grid_mean"]
     dark = level < DARK_LEVEL
-    per_scene = [
-        auroc(scores[e, s], correct[e, s])
-        for e in range(scores.shape[0])
-        for s in range(scores.shape[1])
-        if 0 < correct[e, s].sum() < correct.shape[2]
-    ]
     pick = scores.argmax(axis=2)[..., None]  # (E, S, 1) Lens K=27 choice
     pick_ok = np.take_along_axis(correct, pick, 2)[..., 0]
     pick_level = np.take_along_axis(level, pick, 2)[..., 0][~pick_ok]
@@ -46,7 +67,8 @@ def visit_diagnostics(
     n_wrong = max(int((~pick_ok).sum()), 1)
     return {
         "auroc": auroc(scores, correct),
-        "auroc_within_scene": float(np.mean(per_scene)) if per_scene else float("nan"),
+        "auroc_within_scene": within_scene_auroc(scores, correct),
+        "auroc_good_exposures": within_scene_auroc(scores, correct, good_exposures(correct)),
         "score_right": float(scores[correct].mean()) if correct.any() else float("nan"),
         "score_wrong": float(scores[~correct].mean()) if (~correct).any() else float("nan"),
         "score_dark": float(scores[dark].mean()) if dark.any() else float("nan"),

@@ -245,7 +245,8 @@ def variant_choice(report: dict[str, Any], k: int = 6) -> dict[str, dict[str, An
 
 def visit_table(report: dict[str, Any]) -> Any:
     """A rich Table: is VisiT (the report's variant) a good judge of captures on this set? Per
-    model (mean ± std over seeds): AUROC of the score for right vs wrong captures (all, and within a scene), mean
+    model (mean ± std over seeds): AUROC of the score for right vs wrong captures (all, within a
+    scene, and within a scene over the environment's good exposures), mean
     score of right / wrong / near-black captures, accuracy on near-black captures, and what
     Lens K=27's wrong picks are (near-black, blown-out, the most frequent wrong class)."""
     from rich.table import Table
@@ -259,6 +260,7 @@ def visit_table(report: dict[str, Any]) -> Any:
     cols = (
         ("AUROC", "auroc", 1.0, 3),
         ("AUROC in scene", "auroc_within_scene", 1.0, 3),
+        ("AUROC good exp.", "auroc_good_exposures", 1.0, 3),
         ("top-1 right", "score_right", 1.0, 2),
         ("top-1 wrong", "score_wrong", 1.0, 2),
         ("top-1 near-black", "score_dark", 1.0, 2),
@@ -275,8 +277,9 @@ def visit_table(report: dict[str, Any]) -> Any:
         if not all(diags):
             continue
         cells = [model]
-        for _, key, scale, digits in cols:
-            cells.append(_fmt(_ms([d[key] for d in diags]), scale, digits))
+        for _, key, scale, digits in cols:  # reports written before a column lack its key
+            values = [d.get(key, float("nan")) for d in diags]
+            cells.append(_fmt(_ms(values), scale, digits))
         top, share = diags[0]["top_wrong_class"], diags[0]["top_wrong_class_share"]
         name = PHOTOS[top] if top < len(PHOTOS) else str(top)
         cells.append(f"{name} ({100 * share:.0f}%, seed 0)")
