@@ -7,7 +7,9 @@ horizontal flips), from an anti-aliased pyramid level so large boxes do not alia
 then get camera-like photometric augmentation: exposure (+-1.3 stops, clipped), white balance,
 contrast, saturation, gamma, blur and signal-dependent noise. The sensor-aware recipe adds
 ``extreme_captures``: crops re-rendered far outside a good exposure, each with the share of
-the crop's information that survived (its training target is smoothed by the share lost).
+the crop's information that survived (its training target is smoothed by the share lost); the
+sensor-ranked recipe adds ``camera_renders``: several captures of one crop near a good exposure,
+differing in noise, blur and exposure as a camera's candidate settings do.
 """
 
 from __future__ import annotations
@@ -146,14 +148,25 @@ EXTREME_STOPS = (-7.0, 5.0)  # exposure of extreme captures, stops from the crop
 EXTREME_GAMMA = 2.2  # sRGB-like encoding the crops are linearised with
 
 
+def _sensor_capture(
+    linear: torch.Tensor, gain: torch.Tensor, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear-light images (N, 3, 64, 64) through a sensor at analogue ``gain`` (N, 1, 1, 1) in
+    [0, 1]: signal-dependent noise (sigma = (0.002 + 0.3 g^2) sqrt(signal + 0.01)), clipping to
+    [0, 1], re-encoding and 8-bit quantisation. Returns (captures, sigma), both (N, 3, 64, 64)."""
+    sigma = (0.002 + 0.3 * gain**2) * (linear.clamp(min=0.0) + 0.01).sqrt()
+    noisy = linear + sigma * torch.randn(linear.shape, generator=generator)
+    captured = noisy.clamp(0.0, 1.0) ** (1 / EXTREME_GAMMA)
+    return (captured * 255).round() / 255, sigma
+
+
 def extreme_captures(
     x: torch.Tensor, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Crops (N, 3, 64, 64) in [0, 1] as a camera would capture them far from a good exposure.
 
-    In linear light each crop is scaled by 2^U(EXTREME_STOPS), gets signal-dependent noise of
-    a random gain (sigma = (0.002 + 0.3 g^2) sqrt(signal + 0.01), g ~ U(0, 1)), is clipped to
-    [0, 1], re-encoded and quantised to 8 bits. Returns (images (N, 3, 64, 64), lost (N,)):
+    In linear light each crop is scaled by 2^U(EXTREME_STOPS) and goes through
+    ``_sensor_capture`` at a random gain g ~ U(0, 1). Returns (images (N, 3, 64, 64), lost (N,)):
     the share of information lost, 1 - min(contrast kept, SNR / 4), in [0, 1], where contrast
     kept = std(capture) / std(crop) (clipping flattens it) and SNR = mean signal / mean sigma.
     """
@@ -163,14 +176,58 @@ def extreme_captures(
     )
     gain = torch.rand(n, 1, 1, 1, generator=generator)
     linear = x**EXTREME_GAMMA * 2.0**stops
-    sigma = (0.002 + 0.3 * gain**2) * (linear.clamp(min=0.0) + 0.01).sqrt()
-    noisy = linear + sigma * torch.randn(x.shape, generator=generator)
-    captured = noisy.clamp(0.0, 1.0) ** (1 / EXTREME_GAMMA)
-    captured = (captured * 255).round() / 255
+    captured, sigma = _sensor_capture(linear, gain, generator)
     contrast = captured.std(dim=(1, 2, 3)) / x.std(dim=(1, 2, 3)).clamp(min=1e-3)
     snr = linear.mean(dim=(1, 2, 3)) / sigma.mean(dim=(1, 2, 3)).clamp(min=1e-6)
     kept = torch.minimum(contrast.clamp(0.0, 1.0), (snr / 4).clamp(0.0, 1.0))
     return captured, 1.0 - kept
+
+
+RENDER_STOPS = (-2.5, 1.0)  # exposure of camera renders: near a good one, as Lens's candidates
+RENDER_DEFOCUS_PX = (0.3, 1.8)  # Gaussian defocus sigma, output pixels
+RENDER_SHAKE_PX = 6.0  # longest camera-shake streak, output pixels
+BLUR_TAPS = 11  # blur kernel side (pixels)
+
+
+def blur_kernels(defocus: torch.Tensor, streak: torch.Tensor, angle: torch.Tensor) -> torch.Tensor:
+    """Per-image blur kernels (N, BLUR_TAPS, BLUR_TAPS) summing to 1: a straight camera-shake
+    streak of ``streak`` pixels at ``angle`` radians, each point a Gaussian of sigma ``defocus``
+    pixels (all (N,))."""
+    half = BLUR_TAPS // 2
+    taps = torch.arange(-half, half + 1, dtype=torch.float32)
+    v, u = torch.meshgrid(taps, taps, indexing="ij")  # (T, T) rows = y, columns = x
+    along = torch.linspace(-0.5, 0.5, 9)[None, :] * streak[:, None]  # (N, 9) pixels
+    cx = (along * torch.cos(angle)[:, None])[:, :, None, None]  # (N, 9, 1, 1)
+    cy = (along * torch.sin(angle)[:, None])[:, :, None, None]
+    s2 = 2 * defocus[:, None, None, None] ** 2
+    kernel = torch.exp(-((u - cx) ** 2 + (v - cy) ** 2) / s2).sum(dim=1)  # (N, T, T)
+    return kernel / kernel.sum(dim=(1, 2), keepdim=True)
+
+
+def camera_renders(x: torch.Tensor, renders: int, generator: torch.Generator) -> torch.Tensor:
+    """``renders`` captures of each crop (N, 3, 64, 64) in [0, 1], as a camera's good-to-fair
+    settings would take them: (N * renders, 3, 64, 64), crop i's renders at rows
+    i * renders .. (i + 1) * renders - 1.
+
+    Each render draws its own exposure 2^U(RENDER_STOPS) in linear light, defocus (Gaussian
+    sigma U(RENDER_DEFOCUS_PX)) and camera shake (a streak up to RENDER_SHAKE_PX at a random
+    angle) blur, then ``_sensor_capture`` at a random gain: the renders of one crop differ the
+    way Lens's candidate captures of one scene do (noise against blur against exposure).
+    """
+    n = x.shape[0] * renders
+    rand = torch.rand(n, 5, generator=generator)
+    stops = RENDER_STOPS[0] + (RENDER_STOPS[1] - RENDER_STOPS[0]) * rand[:, 0]
+    defocus = RENDER_DEFOCUS_PX[0] + (RENDER_DEFOCUS_PX[1] - RENDER_DEFOCUS_PX[0]) * rand[:, 1]
+    kernels = blur_kernels(defocus, RENDER_SHAKE_PX * rand[:, 2], torch.pi * rand[:, 3])
+    linear = x.repeat_interleave(renders, dim=0) ** EXTREME_GAMMA  # (n, 3, 64, 64)
+    pad = BLUR_TAPS // 2
+    padded = F.pad(linear, (pad, pad, pad, pad), mode="replicate").reshape(
+        1, 3 * n, 64 + 2 * pad, -1
+    )
+    weight = kernels.repeat_interleave(3, dim=0)[:, None]  # (3n, 1, T, T)
+    blurred = F.conv2d(padded, weight, groups=3 * n).reshape(n, 3, IMAGE_SIZE, IMAGE_SIZE)
+    exposed = blurred * (2.0**stops)[:, None, None, None]
+    return _sensor_capture(exposed, rand[:, 4, None, None, None], generator)[0]
 
 
 TRAIN_SCALE = (0.1, 0.35)  # box side / short side, training region

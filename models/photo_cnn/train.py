@@ -59,6 +59,9 @@ class TrainConfig:
     seed: int = 0
     threads: int = 2
     extreme_fraction: float = 0.0  # sensor-aware: add this share of each batch as extreme captures
+    rank_weight: float = 0.0  # sensor-ranked: weight of the correctness-ranking term
+    rank_crops: int = 24  # sensor-ranked: crops per batch rendered as a camera would ...
+    rank_renders: int = 4  # ... this many times each (data.camera_renders)
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
@@ -96,10 +99,15 @@ def photonet_factory(config: Recipe) -> NetworkFactory:
 # Named recipes (card option ``recipe=NAME``): "default" is the config's defaults; "sensor-aware"
 # trains twice as long with extreme captures added (half of each batch), so the model's own
 # confidence tracks how much of a capture survived the sensor: what Lens's VisiT relies on.
+# "sensor-ranked" adds camera renders of some crops (several each, near a good exposure) and a
+# term that ranks each crop's right renders above its wrong ones by confidence: VisiT has to
+# tell apart good exposures of one scene, where Lens competes with a good fixed setting.
 RECIPES: dict[str, dict[str, float]] = {
     "default": {},
     "sensor-aware": {"steps_factor": 2.0, "extreme_fraction": 0.5},
+    "sensor-ranked": {"steps_factor": 2.0, "extreme_fraction": 0.5, "rank_weight": 1.0},
 }
+RANK_MARGIN = 0.1  # confidence a right render should hold over a wrong render of the same crop
 
 
 def recipe_from_options(config_class: type, options: Mapping[str, Any]) -> Any:
@@ -136,6 +144,12 @@ def heldout_accuracy(model: torch.nn.Module, batch: int = 160) -> float:
     return correct / len(labels)
 
 
+def smoothed_targets(labels: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Labels (N,) int64 as label-smoothed one-hot targets (N, classes) float32."""
+    classes = len(data.PHOTOS)
+    return F.one_hot(labels, classes).float() * (1 - label_smoothing) + label_smoothing / classes
+
+
 def with_extreme_captures(
     images: torch.Tensor,
     labels: torch.Tensor,
@@ -148,11 +162,40 @@ def with_extreme_captures(
     mixed towards uniform by the share of information each extreme capture lost, so the
     trained model's confidence (VisiT) falls as a capture's information does."""
     classes = len(data.PHOTOS)
-    targets = F.one_hot(labels, classes).float() * (1 - label_smoothing) + label_smoothing / classes
+    targets = smoothed_targets(labels, label_smoothing)
     k = int(images.shape[0] * fraction)
     captured, lost = data.extreme_captures(images[:k], generator)
     soft = targets[:k] * (1 - lost[:, None]) + lost[:, None] / classes
     return torch.cat([images, captured]), torch.cat([targets, soft])
+
+
+def ranking_loss(
+    logits: torch.Tensor, labels: torch.Tensor, renders: int, margin: float = RANK_MARGIN
+) -> torch.Tensor:
+    """Correctness ranking of top-1 confidence within groups of ``renders`` rows of one crop.
+
+    logits (G * renders, classes), labels (G * renders,). For every pair of one crop's renders
+    where one is classified right and the other wrong, a hinge max(0, margin - (conf_right -
+    conf_wrong)) on the top-1 softmax probabilities; the mean over such pairs (0 when none).
+    Which render is right is read from the logits and not differentiated.
+    """
+    probs = logits.softmax(dim=-1)
+    confidence = probs.max(dim=-1).values.view(-1, renders)  # (G, R)
+    right = (logits.detach().argmax(dim=-1) == labels).view(-1, renders)  # (G, R)
+    ordered = right[:, :, None] & ~right[:, None, :]  # (G, R, R): i right, j wrong
+    gap = confidence[:, :, None] - confidence[:, None, :]  # (G, R, R): conf_i - conf_j
+    hinge = F.relu(margin - gap)[ordered]
+    return hinge.mean() if hinge.numel() else confidence.sum() * 0.0
+
+
+def camera_render_batch(
+    config: Recipe, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``config.rank_crops`` clean training crops, each rendered ``config.rank_renders`` times
+    (data.camera_renders): (images (G * R, 3, 64, 64), labels (G * R,)), grouped by crop."""
+    renders = int(getattr(config, "rank_renders", 4))
+    clean, labels = data.train_batch(int(getattr(config, "rank_crops", 24)), generator, False)
+    return data.camera_renders(clean, renders, generator), labels.repeat_interleave(renders)
 
 
 def train_model(
@@ -180,17 +223,31 @@ def train_model(
         loss_ema = None
         model.train()
         extreme = float(getattr(config, "extreme_fraction", 0.0))
+        rank = float(getattr(config, "rank_weight", 0.0))
+        renders = int(getattr(config, "rank_renders", 4))
         for step in range(config.steps):
             images, labels = data.train_batch(config.batch_size, generator)
+            targets = None
             if extreme > 0:
                 images, targets = with_extreme_captures(
                     images, labels, extreme, config.label_smoothing, generator
                 )
-                loss = F.cross_entropy(model(images), targets)
-            else:
-                loss = F.cross_entropy(
-                    model(images), labels, label_smoothing=config.label_smoothing
+            if rank > 0:
+                rendered, render_labels = camera_render_batch(config, generator)
+                if targets is None:
+                    targets = smoothed_targets(labels, config.label_smoothing)
+                images = torch.cat([images, rendered])
+                targets = torch.cat(
+                    [targets, smoothed_targets(render_labels, config.label_smoothing)]
                 )
+            logits = model(images)
+            if targets is None:
+                loss = F.cross_entropy(logits, labels, label_smoothing=config.label_smoothing)
+            else:
+                loss = F.cross_entropy(logits, targets)
+            if rank > 0:
+                tail = logits[-len(render_labels) :]
+                loss = loss + rank * ranking_loss(tail, render_labels, renders)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip > 0:
