@@ -56,7 +56,8 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             typer.Option(
                 "--model",
                 help="lens: bench this classifier's fp32 and int8 bundles, NAME or NAME:RECIPE "
-                "(repeat; default: photo-cnn and photo-vit, default and sensor-aware)",
+                "(repeat; default: photo-cnn fp32 + int8 and photo-vit fp32, as trained by "
+                "default, by photo-cnn:sensor-aware and by photo-vit:sensor-rendered)",
             ),
         ] = None,
         variant: Annotated[

@@ -60,8 +60,9 @@ class PhotoCNNCard(ModelCard):
 
     # ---- training --------------------------------------------------------------------------
     def train_config(self) -> TrainConfig:
-        """The recipe: TrainConfig defaults, the preset named by option ``recipe`` ("default" or
-        "sensor-aware", photo_cnn.train.RECIPES), then card options named like its fields."""
+        """The recipe: TrainConfig defaults, then the preset named by option ``recipe``
+        (photo_cnn.train.RECIPES: "default", "sensor-aware", "sensor-rendered"), then card
+        options named like its fields (e.g. ``render_crops``)."""
         return recipe_from_options(TrainConfig, self.options)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:

@@ -8,7 +8,7 @@ then get camera-like photometric augmentation: exposure (+-1.3 stops, clipped), 
 contrast, saturation, gamma, blur and signal-dependent noise. The sensor-aware recipe adds
 ``extreme_captures``: crops re-rendered far outside a good exposure, each with the share of
 the crop's information that survived (its training target is smoothed by the share lost); the
-sensor-ranked recipe adds ``camera_renders``: several captures of one crop near a good exposure,
+sensor-rendered recipe adds ``camera_renders``: several captures of one crop near a good exposure,
 differing in noise, blur and exposure as a camera's candidate settings do.
 """
 

@@ -61,8 +61,9 @@ class PhotoViTCard(PhotoCNNCard):
 
     # ---- training --------------------------------------------------------------------------
     def train_config(self) -> ViTTrainConfig:  # type: ignore[override]
-        """The recipe: ViTTrainConfig defaults, the preset named by option ``recipe`` ("default" or
-        "sensor-aware", photo_cnn.train.RECIPES), then card options named like its fields."""
+        """The recipe: ViTTrainConfig defaults, then the preset named by option ``recipe``
+        (photo_cnn.train.RECIPES: "default", "sensor-aware", "sensor-rendered"), then card
+        options named like its fields (e.g. ``render_crops``)."""
         return recipe_from_options(ViTTrainConfig, self.options)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> TrainResult:

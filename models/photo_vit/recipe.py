@@ -38,9 +38,10 @@ class ViTTrainConfig:
     seed: int = 0
     threads: int = 2
     extreme_fraction: float = 0.0  # sensor-aware: extreme captures added per batch (share)
-    rank_weight: float = 0.0  # sensor-ranked: weight of the correctness-ranking term
-    rank_crops: int = 24  # sensor-ranked: crops per batch rendered as a camera would ...
-    rank_renders: int = 4  # ... this many times each
+    render_crops: int = 0  # sensor-rendered: crops per batch rendered as a camera would ...
+    renders: int = 4  # ... this many times each (data.camera_renders)
+    rank_weight: float = 0.0  # weight of the correctness-ranking term over each crop's renders
+    render_weight: float = 1.0  # weight of the renders' rows in the cross-entropy
 
     def key(self) -> str:
         """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""

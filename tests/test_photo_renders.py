@@ -1,4 +1,4 @@
-"""The sensor-ranked recipe's parts: camera renders of one crop and the correctness-ranking term."""
+"""The sensor-rendered recipe's camera renders of one crop, and the optional ranking term."""
 
 from __future__ import annotations
 
@@ -62,12 +62,14 @@ def test_ranking_loss_pushes_right_renders_above_wrong_ones() -> None:
     assert float(none.detach()) == 0.0 and none.requires_grad
 
 
-def test_sensor_ranked_recipe_trains_deterministically() -> None:
-    ranked = recipe_from_options(TrainConfig, {"recipe": "sensor-ranked"})
-    aware = recipe_from_options(TrainConfig, {"recipe": "sensor-ranked", "rank_weight": 0.0})
-    assert ranked.rank_weight > 0 and ranked.extreme_fraction == 0.5 and ranked.key() != aware.key()
-    tiny = TrainConfig(steps=2, batch_size=20, rank_weight=1.0, rank_crops=4, rank_renders=3)
+def test_sensor_rendered_recipe_trains_deterministically() -> None:
+    rendered = recipe_from_options(TrainConfig, {"recipe": "sensor-rendered"})
+    aware = recipe_from_options(TrainConfig, {"recipe": "sensor-aware"})
+    assert rendered.render_crops > 0 and rendered.extreme_fraction == aware.extreme_fraction
+    assert rendered.rank_weight == 0.0 and rendered.key() != aware.key()
+    tiny = TrainConfig(steps=2, batch_size=20, render_crops=4, renders=3)
     images, labels = camera_render_batch(tiny, torch.Generator().manual_seed(0))
     assert images.shape == (12, 3, 64, 64) and torch.equal(labels[::3].repeat_interleave(3), labels)
-    one, two = train_model(tiny), train_model(tiny)
-    assert all(torch.equal(v, two.state_dict[k]) for k, v in one.state_dict.items())
+    for config in (tiny, TrainConfig(steps=2, batch_size=20, render_crops=4, rank_weight=1.0)):
+        one, two = train_model(config), train_model(config)
+        assert all(torch.equal(v, two.state_dict[k]) for k, v in one.state_dict.items())
