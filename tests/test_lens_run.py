@@ -64,6 +64,8 @@ def test_eval_lens_model_specs_pick_the_bundles_to_bench() -> None:
     from edgekit.lens_bench import BENCH_TARGETS, lens_targets
 
     assert lens_targets([]) == BENCH_TARGETS
+    assert ("photo-vit", "onnx-fp32", "sensor-rendered") in BENCH_TARGETS  # its Lens recipe
+    assert ("photo-cnn", "onnx-int8", "sensor-aware") in BENCH_TARGETS
     assert lens_targets(["photo-cnn:sensor-aware", "photo-vit", "photo-vit"]) == (
         ("photo-cnn", "onnx-fp32", "sensor-aware"),
         ("photo-cnn", "onnx-int8", "sensor-aware"),
