@@ -219,13 +219,11 @@ def camera_renders(x: torch.Tensor, renders: int, generator: torch.Generator) ->
     stops = RENDER_STOPS[0] + (RENDER_STOPS[1] - RENDER_STOPS[0]) * rand[:, 0]
     defocus = RENDER_DEFOCUS_PX[0] + (RENDER_DEFOCUS_PX[1] - RENDER_DEFOCUS_PX[0]) * rand[:, 1]
     kernels = blur_kernels(defocus, RENDER_SHAKE_PX * rand[:, 2], torch.pi * rand[:, 3])
-    linear = x.repeat_interleave(renders, dim=0) ** EXTREME_GAMMA  # (n, 3, 64, 64)
+    linear = x.repeat_interleave(renders, dim=0) ** EXTREME_GAMMA  # (n, 3, H, W)
     pad = BLUR_TAPS // 2
-    padded = F.pad(linear, (pad, pad, pad, pad), mode="replicate").reshape(
-        1, 3 * n, 64 + 2 * pad, -1
-    )
-    weight = kernels.repeat_interleave(3, dim=0)[:, None]  # (3n, 1, T, T)
-    blurred = F.conv2d(padded, weight, groups=3 * n).reshape(n, 3, IMAGE_SIZE, IMAGE_SIZE)
+    padded = F.pad(linear, (pad, pad, pad, pad), mode="replicate")  # (n, 3, H + 2p, W + 2p)
+    weight = kernels.repeat_interleave(3, dim=0)[:, None]  # (3n, 1, T, T): one per channel
+    blurred = F.conv2d(padded.flatten(0, 1)[None], weight, groups=3 * n).view(linear.shape)
     exposed = blurred * (2.0**stops)[:, None, None, None]
     return _sensor_capture(exposed, rand[:, 4, None, None, None], generator)[0]
 
