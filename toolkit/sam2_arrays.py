@@ -90,3 +90,69 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = Fals
     y = sum(x[..., idx[:, k]] * wts[:, k] for k in range(idx.shape[1]))
     idx, wts = _taps(h, oh, antialias)
     return sum(y[..., idx[:, k], :] * wts[:, k, None] for k in range(idx.shape[1]))
+
+
+def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
+    """Mean of the last two axes of ``x`` over (2r+1) x (2r+1) windows, edge pixels repeated
+    beyond the border (the window never shrinks); float64, same shape out."""
+    from scipy.ndimage import uniform_filter
+
+    k = 2 * radius + 1
+    size = (1,) * (x.ndim - 2) + (k, k)
+    return uniform_filter(np.asarray(x, np.float64), size=size, mode="nearest")
+
+
+def guided_filter(guide: np.ndarray, p: np.ndarray, radius: int, eps: float) -> np.ndarray:
+    """He et al.'s colour guided filter: the (H, W) map ``p`` filtered by the (3, H, W) image
+    ``guide`` (values in [0, 1]) -> (H, W) float64. Per window of radius ``radius`` ``p`` is
+    fit as a linear function of the three colours (ridge ``eps``), and the fits are averaged:
+    edges of ``p`` move onto the image's nearby colour edges; where ``p`` is flat it stays."""
+    g = np.asarray(guide, np.float64)
+    pairs = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    stack = np.concatenate([g, p[None], g * p[None], [g[i] * g[j] for i, j in pairs]])
+    means = box_mean(stack, radius)  # (13, H, W)
+    mean_i, mean_p, mean_ip, mean_ii = means[:3], means[3], means[4:7], means[7:]
+    cov = mean_ip - mean_i * mean_p  # (3, H, W)
+    v = [mean_ii[k] - mean_i[i] * mean_i[j] for k, (i, j) in enumerate(pairs)]
+    xx, xy, xz, yy, yz, zz = v[0] + eps, v[1], v[2], v[3] + eps, v[4], v[5] + eps
+    # a = S^-1 cov per pixel, S the symmetric 3 x 3 colour covariance: adjugate / determinant
+    c00, c01, c02 = yy * zz - yz * yz, xz * yz - xy * zz, xy * yz - xz * yy
+    c11, c12, c22 = xx * zz - xz * xz, xy * xz - xx * yz, xx * yy - xy * xy
+    det = xx * c00 + xy * c01 + xz * c02
+    a = (
+        np.stack(
+            [
+                c00 * cov[0] + c01 * cov[1] + c02 * cov[2],
+                c01 * cov[0] + c11 * cov[1] + c12 * cov[2],
+                c02 * cov[0] + c12 * cov[1] + c22 * cov[2],
+            ]
+        )
+        / det
+    )
+    b = mean_p - (a * mean_i).sum(0)
+    smooth = box_mean(np.concatenate([a, b[None]]), radius)  # (4, H, W)
+    return (smooth[:3] * g).sum(0) + smooth[3]
+
+
+def refine_mask(
+    low: np.ndarray, guide: np.ndarray, radius: int, eps: float, threshold: float = 0.0
+) -> np.ndarray:
+    """Image-guided refinement of one object's mask: low-res logits (h, w) upsampled to the
+    (3, S, S) ``guide`` (the frame as the encoder saw it, in [0, 1]), their probabilities
+    guided-filtered (``guided_filter``) -> (S, S) float32, the filtered probability minus
+    sigmoid(``threshold``) (> 0: the object). Only the box around the pixels whose logit is
+    above -6, grown by 2r + 1, is filtered; elsewhere the result is -sigmoid(threshold)."""
+    size = guide.shape[-2:]
+    up = resize_bilinear(low, size, antialias=False)
+    cut = np.float32(1.0 / (1.0 + np.exp(-threshold)))
+    out = np.full(size, -cut, np.float32)
+    rows, cols = np.nonzero(up.max(1) > -6)[0], np.nonzero(up.max(0) > -6)[0]
+    if rows.size == 0:
+        return out
+    m = 2 * radius + 1
+    y0, y1 = max(rows[0] - m, 0), min(rows[-1] + m + 1, size[0])
+    x0, x1 = max(cols[0] - m, 0), min(cols[-1] + m + 1, size[1])
+    prob = 1.0 / (1.0 + np.exp(-up[y0:y1, x0:x1].astype(np.float64)))
+    filtered = guided_filter(guide[:, y0:y1, x0:x1].astype(np.float64), prob, radius, eps)
+    out[y0:y1, x0:x1] = filtered - cut
+    return out

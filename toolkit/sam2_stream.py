@@ -35,6 +35,7 @@ from edgekit.sam2_arrays import (  # noqa: F401 - re-exported: part of this modu
     fill_holes,
     from_bfloat16_bits,
     non_overlapping_logits,
+    refine_mask,
     resize_bilinear,
     to_bfloat16_bits,
 )
@@ -190,6 +191,7 @@ class SAM2Stream:
         self._objects: OrderedDict[int, _Object] = OrderedDict()
         self._enc: dict[str, np.ndarray] | None = None
         self._hw = (0, 0)
+        self._guide: np.ndarray | None = None
         self._frame_index = -1
         self._mem_pos: np.ndarray | None = None
 
@@ -199,6 +201,7 @@ class SAM2Stream:
         image = resize_bilinear(np.moveaxis(image, -1, 0), (s, s), antialias=True)
         self.timings = {}
         self._enc = dict(self._run(G.IMAGE_ENCODER, {"image": np.ascontiguousarray(image[None])}))
+        self._guide = image  # (3, s, s) in [0, 1]: the guide of the output refinement
         self._hw = hw
         self._frame_index += 1
 
@@ -393,7 +396,8 @@ class SAM2Stream:
     def _result(self) -> FrameResult:
         """The current frame's outputs: low-res logits after the output-only options
         (non-overlap, hole filling), upsampled to the frame and thresholded at
-        ``mask_threshold`` (0 in SAM 2); an object whose score is <= 0 has an empty mask."""
+        ``mask_threshold`` (0 in SAM 2), or with ``refine_radius`` > 0 refined at the encoder's
+        input size first (``refine_mask``); an object whose score is <= 0 has an empty mask."""
         cfg = self.config
         h, w = self._hw
         ids = list(self._objects)
@@ -405,7 +409,12 @@ class SAM2Stream:
         masks, scores, logits = {}, {}, {}
         for obj_id, low in zip(ids, lows, strict=True):
             obj = self._objects[obj_id]
-            if obj.score > 0:
+            if obj.score > 0 and cfg.refine_radius > 0:
+                refined = refine_mask(
+                    low, self._guide, cfg.refine_radius, cfg.refine_eps, cfg.mask_threshold
+                )
+                masks[obj_id] = resize_bilinear(refined, (h, w), antialias=False) > 0
+            elif obj.score > 0:
                 up = resize_bilinear(low, (h, w), antialias=False)
                 masks[obj_id] = up > np.float32(cfg.mask_threshold)
             else:

@@ -49,6 +49,12 @@ class StreamConfig:
       so the recent memory reaches back about (num_maskmem - 2) * r frames (an occlusion no
       longer fills it). The bank keeps the frames of that window, still bounded. Not combined
       with memory selection (which places frames by rank).
+    - ``refine_radius`` / ``refine_eps``: image-guided refinement of the output masks (0: off).
+      Each visible object's logits, upsampled to the encoder's input, become probabilities
+      that a colour guided filter (He et al., window radius ``refine_radius`` input pixels,
+      ridge ``refine_eps``) moves onto the frame's colour edges; the mask is the filtered
+      probability above sigmoid(``mask_threshold``) (``edgekit.sam2_arrays.refine_mask``).
+      Output masks only: memory and ``low_res_logits`` are not affected.
     """
 
     image_size: int = 1024
@@ -70,6 +76,8 @@ class StreamConfig:
     fill_hole_area: int = 0
     remove_sprinkle_area: int = 0
     memory_stride: int = 1
+    refine_radius: int = 0
+    refine_eps: float = 1e-3
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
@@ -96,6 +104,17 @@ class StreamConfig:
             raise InputError(
                 f"bad StreamConfig: memory_stride={stride} places memory frames by time, memory "
                 "selection (memory_min_score / memory_min_iou) by rank; use one of them"
+            )
+        radius = self.refine_radius
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise InputError(
+                f"bad StreamConfig refine_radius={radius!r}: expected an integer window radius "
+                "in input pixels >= 0 (0: off)"
+            )
+        if not (np.isfinite(self.refine_eps) and self.refine_eps > 0):
+            raise InputError(
+                f"bad StreamConfig refine_eps={self.refine_eps!r}: expected a finite ridge > 0 "
+                "(squared colour units, colours in [0, 1])"
             )
         if not np.isfinite(self.mask_threshold):
             raise InputError(

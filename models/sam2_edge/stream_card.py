@@ -38,6 +38,8 @@ STREAM_OPTION_NAMES = (
     "mask_threshold",
     "fill_hole_area",
     "remove_sprinkle_area",
+    "refine_radius",
+    "refine_eps",
 )
 
 
