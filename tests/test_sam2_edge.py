@@ -383,16 +383,20 @@ def test_wide_split_changes_the_training_clips_and_is_checked() -> None:
 
 
 def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:
-    """sam2-edge streams with SAM 2's predictor (chosen on calibration clips); card options
-    turn on memory selection; the choice is what bundles record."""
+    """sam2-edge streams with SAM 2's predictor and refined output masks (chosen on calibration
+    clips); card options turn on memory selection or refinement off; bundles record the choice."""
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
     from edgekit.models.sam2_edge.evaluation import evaluate_graphs, stream_config
     from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 
-    assert StreamingSAM2Card.stream_options == {} == SAM2EdgeCard.stream_options
+    assert StreamingSAM2Card.stream_options == {}
+    assert SAM2EdgeCard.stream_options == {"refine_radius": 12, "refine_eps": 1e-4}
     card = SAM2EdgeCard()
-    assert card.stream_config() == stream_config(card.image_size)
+    refined = stream_config(card.image_size, refine_radius=12, refine_eps=1e-4)
+    assert card.stream_config() == refined
     assert card.preprocessing()["stream_config"]["memory_min_iou"] is None
+    assert card.preprocessing()["stream_config"]["refine_radius"] == 12
+    assert SAM2EdgeCard(refine_radius=0).stream_config().refine_radius == 0  # off
     chosen = SAM2EdgeCard(memory_min_score=0.0, memory_min_iou=0.5)
     config = chosen.stream_config()
     assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)

@@ -1,11 +1,13 @@
 """Bundles built on demand and cached: ``cached_bundles((("photo-cnn", "onnx-int8"),))``.
 
 Each (model, target) is exported and verified once (toolkit/build.py) into the edgekit cache,
-keyed by the trained weights' id, and reused after that.
+keyed by the trained weights' id (and a SAM 2 card's stream options), and reused after that.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,13 @@ def cached_bundles(
         # key the cached bundle by the trained weights (their cache file names carry a hash of
         # the training recipe), so retrained weights never reuse a stale bundle
         weights = getattr(card.train(), "path", None)
-        dest = root / f"{model}-{target}" / (Path(weights).stem if weights else "pretrained")
+        key = Path(weights).stem if weights else "pretrained"
+        options = getattr(card, "stream_options", None)
+        if options:  # and by the stream options a SAM 2 card records in its bundles
+            key += (
+                "-" + hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]
+            )
+        dest = root / f"{model}-{target}" / key
         try:
             bundles[target_name(model, target, recipe)] = Bundle.load(dest)
         except BundleError:

@@ -94,20 +94,25 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = Fals
 
 def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
     """Mean of the last two axes of ``x`` over (2r+1) x (2r+1) windows, edge pixels repeated
-    beyond the border (the window never shrinks); float64, same shape out."""
+    beyond the border (the window never shrinks); float32 unless ``x`` is float64, same shape."""
     from scipy.ndimage import uniform_filter
 
     k = 2 * radius + 1
     size = (1,) * (x.ndim - 2) + (k, k)
-    return uniform_filter(np.asarray(x, np.float64), size=size, mode="nearest")
+    x = np.asarray(x, np.float64 if np.asarray(x).dtype == np.float64 else np.float32)
+    return uniform_filter(x, size=size, mode="nearest")
 
 
 def guided_filter(guide: np.ndarray, p: np.ndarray, radius: int, eps: float) -> np.ndarray:
     """He et al.'s colour guided filter: the (H, W) map ``p`` filtered by the (3, H, W) image
-    ``guide`` (values in [0, 1]) -> (H, W) float64. Per window of radius ``radius`` ``p`` is
-    fit as a linear function of the three colours (ridge ``eps``), and the fits are averaged:
-    edges of ``p`` move onto the image's nearby colour edges; where ``p`` is flat it stays."""
-    g = np.asarray(guide, np.float64)
+    ``guide`` (values in [0, 1]) -> (H, W), float64 if ``guide`` is, else float32. Per window
+    of radius ``radius`` ``p`` is fit as a linear function of the three colours (ridge
+    ``eps``), and the fits are averaged: edges of ``p`` move onto the image's nearby colour
+    edges; where ``p`` is flat it stays."""
+    g = np.asarray(guide)
+    g = np.asarray(g, np.float64 if g.dtype == np.float64 else np.float32)
+    p = np.asarray(p, g.dtype)
+    eps = g.dtype.type(eps)
     pairs = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
     stack = np.concatenate([g, p[None], g * p[None], [g[i] * g[j] for i, j in pairs]])
     means = box_mean(stack, radius)  # (13, H, W)
@@ -152,7 +157,7 @@ def refine_mask(
     m = 2 * radius + 1
     y0, y1 = max(rows[0] - m, 0), min(rows[-1] + m + 1, size[0])
     x0, x1 = max(cols[0] - m, 0), min(cols[-1] + m + 1, size[1])
-    prob = 1.0 / (1.0 + np.exp(-up[y0:y1, x0:x1].astype(np.float64)))
-    filtered = guided_filter(guide[:, y0:y1, x0:x1].astype(np.float64), prob, radius, eps)
+    prob = np.float32(1.0) / (np.float32(1.0) + np.exp(-up[y0:y1, x0:x1]))
+    filtered = guided_filter(guide[:, y0:y1, x0:x1].astype(np.float32), prob, radius, eps)
     out[y0:y1, x0:x1] = filtered - cut
     return out
