@@ -97,10 +97,15 @@ def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
     beyond the border (the window never shrinks); float32 unless ``x`` is float64, same shape."""
     from scipy.ndimage import uniform_filter
 
+    x = _float(x)
     k = 2 * radius + 1
-    size = (1,) * (x.ndim - 2) + (k, k)
-    x = np.asarray(x, np.float64 if np.asarray(x).dtype == np.float64 else np.float32)
-    return uniform_filter(x, size=size, mode="nearest")
+    return uniform_filter(x, size=(1,) * (x.ndim - 2) + (k, k), mode="nearest")
+
+
+def _float(x: np.ndarray) -> np.ndarray:
+    """``x`` as float64 if it is, else as float32."""
+    x = np.asarray(x)
+    return x if x.dtype == np.float64 else x.astype(np.float32, copy=False)
 
 
 def guided_filter(guide: np.ndarray, p: np.ndarray, radius: int, eps: float) -> np.ndarray:
@@ -109,8 +114,7 @@ def guided_filter(guide: np.ndarray, p: np.ndarray, radius: int, eps: float) -> 
     of radius ``radius`` ``p`` is fit as a linear function of the three colours (ridge
     ``eps``), and the fits are averaged: edges of ``p`` move onto the image's nearby colour
     edges; where ``p`` is flat it stays."""
-    g = np.asarray(guide)
-    g = np.asarray(g, np.float64 if g.dtype == np.float64 else np.float32)
+    g = _float(guide)
     p = np.asarray(p, g.dtype)
     eps = g.dtype.type(eps)
     pairs = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
@@ -158,6 +162,6 @@ def refine_mask(
     y0, y1 = max(rows[0] - m, 0), min(rows[-1] + m + 1, size[0])
     x0, x1 = max(cols[0] - m, 0), min(cols[-1] + m + 1, size[1])
     prob = np.float32(1.0) / (np.float32(1.0) + np.exp(-up[y0:y1, x0:x1]))
-    filtered = guided_filter(guide[:, y0:y1, x0:x1].astype(np.float32), prob, radius, eps)
+    filtered = guided_filter(_float(guide[:, y0:y1, x0:x1]), prob, radius, eps)
     out[y0:y1, x0:x1] = filtered - cut
     return out

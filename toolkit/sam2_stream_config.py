@@ -77,7 +77,7 @@ class StreamConfig:
     remove_sprinkle_area: int = 0
     memory_stride: int = 1
     refine_radius: int = 0
-    refine_eps: float = 1e-3
+    refine_eps: float = 1e-4  # sam2-edge's choice (calibration clips, session 22)
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
