@@ -163,6 +163,58 @@ def test_max_features_marks_rows_without_an_active_feature() -> None:
     assert pseval.max_features(latents).tolist() == [1, -1, 0]
 
 
+def test_relative_margin() -> None:
+    latents = np.array([[0.0, 4.0, 1.0], [2.0, 1.9, 0.0], [0.0, 0.0, 0.0]])
+    np.testing.assert_allclose(pseval.relative_margin(latents), [0.75, 0.05, 0.0])
+
+
+class _LatentRunner:
+    """A runner that answers every WiC prompt with fixed rows of (2P, n) latents, in order."""
+
+    def __init__(self, latents: np.ndarray) -> None:
+        self.latents, self.cursor = latents, 0
+
+    def run(self, feeds: dict) -> dict:
+        rows = self.latents[self.cursor : self.cursor + len(feeds["input_ids"])]
+        self.cursor += len(rows)
+        return {"target_latents": rows, "text_latents": rows}
+
+
+def test_agreement_floors_hold_clear_decisions_and_report_near_ties() -> None:
+    from edgekit.models.sae_polysemy.card import GRAPH
+    from edgekit.registry import get_card
+
+    card = get_card("sae-polysemy")
+    prompts, _ = pseval.prompts_and_positions()
+    n, half = 8, len(prompts) // 2
+    ref = np.zeros((2 * half, n), dtype=np.float32)
+    ref[:, 0] = 3.0  # every prompt: feature 0 clearly ahead (margin 2/3) -> "same"
+    ref[:, 1] = 1.0
+    ref[:40, 2] = 2.95  # the first 40 pairs: context 1 a near-tie between features 0 and 2
+    near_tie = ref.copy()
+    near_tie[:40, 2] = 3.05  # int8-sized noise flips those 40 near-ties
+    clear_flip = ref.copy()
+    clear_flip[100:140, 3] = 9.0  # 40 clearly decided prompts change their max feature
+
+    def agreement(candidate: np.ndarray) -> dict[str, float]:
+        card._outputs.clear()
+        return card.agreement({GRAPH: _LatentRunner(ref)}, {GRAPH: _LatentRunner(candidate)})
+
+    same = agreement(ref.copy())
+    assert same["decided_flip_rate"] == 0.0 and same["same_decision_flip_rate"] == 0.0
+    assert same["decided_share"] == pytest.approx((half - 40) / half)
+    noisy = agreement(near_tie)
+    assert noisy["same_decision_flip_rate"] == pytest.approx(40 / half)  # reported
+    assert noisy["decided_flip_rate"] == 0.0  # near-ties are not held by the floor
+    assert noisy["decided_feature_agreement"] == 1.0
+    broken = agreement(clear_flip)
+    floor = card.agreement_floors["decided_flip_rate"]
+    assert (
+        broken["decided_flip_rate"] == pytest.approx(40 / (half - 40)) and 40 / (half - 40) > floor
+    )
+    assert broken["decided_feature_agreement"] < card.agreement_floors["decided_feature_agreement"]
+
+
 def test_target_token_is_the_last_wordpiece_before_means() -> None:
     from edgekit.models.minilm.encoder import tokenize
 

@@ -109,6 +109,17 @@ def max_features(latents: np.ndarray) -> np.ndarray:
     return np.where(latents.max(axis=-1) > 0, top, NO_FEATURE)
 
 
+def relative_margin(latents: np.ndarray) -> np.ndarray:
+    """How clearly each row's max feature wins: (top-1 - top-2) / top-1 of ``latents``
+    (N, n); 0 where no latent is active. Returns (N,) float64 in [0, 1]."""
+    latents = np.asarray(latents, dtype=np.float64)
+    if latents.shape[-1] < 2:
+        return (latents.max(axis=-1) > 0).astype(np.float64)
+    top2 = np.partition(latents, -2, axis=-1)[..., -2:]  # (N, 2): second, first
+    first, second = top2[..., 1], top2[..., 0]
+    return np.where(first > 0, (first - second) / np.maximum(first, 1e-12), 0.0)
+
+
 def predict_same(feature1: np.ndarray, feature2: np.ndarray) -> np.ndarray:
     """(P,) bool: both contexts have the same max feature (and it is a real feature)."""
     feature1, feature2 = np.asarray(feature1), np.asarray(feature2)
