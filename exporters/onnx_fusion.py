@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgekit.errors import ExportError, InputError
+from edgekit.manifest_policy import DISABLE_OPTIMIZERS_KEY  # the key bundles may carry
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
@@ -32,7 +33,6 @@ OPTIMIZER_ARGS = ("model_type", "num_heads", "hidden_size", "opt_level")
 EDGEKIT_ARGS = ("mask_filter_value",)
 DEFAULT_MASK_FILTER_VALUE = -40.0
 ATTENTION_OPS = ("Attention", "MultiHeadAttention")
-DISABLE_OPTIMIZERS_KEY = "optimization.disable_specified_optimizers"
 
 
 def split_fusion_args(fusion: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

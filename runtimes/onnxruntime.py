@@ -93,8 +93,17 @@ def _optimization_level(value: Any) -> ort.GraphOptimizationLevel:
     return _OPT_LEVELS[key]
 
 
+# Session config entries naming files or folders (e.g. where external initializers are read
+# from, where an EP context model or memory stats are written) move what a session reads or
+# writes away from the graph's own folder; edgekit never sets one and refuses them from callers.
+PATH_CONFIG_MARKERS = ("path", "folder", "file")
+
+
 def session_options(options: RuntimeOptions) -> ort.SessionOptions:
-    """SessionOptions for edgekit: sequential, 1 inter-op thread, ALL graph optimisations."""
+    """SessionOptions for edgekit: sequential, 1 inter-op thread, ALL graph optimisations.
+
+    ``session_config`` keys naming a path, folder or file (PATH_CONFIG_MARKERS) are an
+    InputError: external data is only ever read relative to the graph's folder."""
     so = ort.SessionOptions()
     if options.threads is not None:
         so.intra_op_num_threads = int(options.threads)
@@ -104,6 +113,11 @@ def session_options(options: RuntimeOptions) -> ort.SessionOptions:
         options.extra.get("graph_optimization_level", "all")
     )
     for key, value in dict(options.extra.get("session_config") or {}).items():
+        if any(marker in str(key).lower() for marker in PATH_CONFIG_MARKERS):
+            raise InputError(
+                f"session_config '{key}' names a file or folder; edgekit loads a graph and its "
+                "external data only from the graph's own folder, so this option is not allowed"
+            )
         so.add_session_config_entry(str(key), str(value))
     return so
 

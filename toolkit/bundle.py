@@ -11,6 +11,11 @@ Layout::
 graphs with their I/O specs, pre/post-processing, labels, the parity and task-metric report,
 the sha256 of every file, edgekit and runtime versions and the target device profile. A bundle
 describes itself: ``Bundle.load(path).session()`` needs no other argument.
+
+A bundle is untrusted data: ``Bundle.load`` applies edgekit.manifest_policy to bundle.json
+(typed, allow-listed fields; no runtime setting a bundle may not make), refuses files in the
+folder that the checksum table does not list, and checks that ONNX external data only names
+listed files (edgekit.bundle_guard).
 """
 
 from __future__ import annotations
@@ -27,12 +32,30 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.bundle_guard import check_external_data, read_golden, unlisted_paths
+from edgekit.bundle_runtime import check_io_matches, default_device, runtime_options
 from edgekit.errors import BundleError, InputError
+from edgekit.manifest_policy import (
+    MANIFEST,
+    MAX_MANIFEST_BYTES,
+    SCHEMA_VERSION,
+    SUPPORTED_SCHEMAS,
+    check_graph,
+    parse_manifest,
+)
 from edgekit.tensorspec import TensorSpec
 
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMAS = (1,)
-MANIFEST = "bundle.json"
+__all__ = [
+    "MANIFEST",
+    "SCHEMA_VERSION",
+    "SUPPORTED_SCHEMAS",
+    "Bundle",
+    "BundleWriter",
+    "GraphEntry",
+    "check_io_matches",
+    "default_device",
+    "runtime_options",
+]
 GOLDEN_REFERENCE_PREFIX = "reference/"
 GOLDEN_OUTPUT_PREFIX = "output/"
 GOLDEN_INPUT_PREFIX = "input/"
@@ -79,28 +102,32 @@ class GraphEntry:
         }
 
     @classmethod
-    def from_json(cls, name: str, data: Mapping[str, Any]) -> GraphEntry:
+    def from_json(cls, name: str, data: Mapping[str, Any], files: Mapping[str, str]) -> GraphEntry:
+        """The entry ``data`` states, checked (manifest_policy.check_graph) against the
+        bundle's checksum table ``files``."""
+        check_graph(name, data, files, MANIFEST)
         try:
             return cls(
                 name=name,
                 files=list(data["files"]),
-                format=str(data["format"]),
-                precision=str(data["precision"]),
+                format=data["format"],
+                precision=data["precision"],
                 inputs=[TensorSpec.from_json(s) for s in data["inputs"]],
                 outputs=[TensorSpec.from_json(s) for s in data["outputs"]],
                 golden=data.get("golden"),
                 tolerance=dict(data.get("tolerance") or {}),
                 details=dict(data.get("details") or {}),
             )
-        except (KeyError, TypeError, InputError) as exc:
+        except (KeyError, TypeError, ValueError, InputError) as exc:
             raise BundleError(f"graph '{name}' in {MANIFEST} is malformed: {exc}") from exc
 
 
 class Bundle:
     """A bundle loaded from disk, integrity-checked.
 
-    ``Bundle.load(path)`` checks the schema version, that every listed file exists and has the
-    recorded sha256, and that no graph file is missing from the checksum list.
+    ``Bundle.load(path)`` checks the manifest against edgekit.manifest_policy, that every
+    listed file exists and has the recorded sha256, that nothing unlisted lies in the folder,
+    and that ONNX graphs read external data only from listed files.
     """
 
     def __init__(self, path: Path, manifest: dict[str, Any]) -> None:
@@ -109,9 +136,12 @@ class Bundle:
         graphs = manifest.get("graphs")
         if not isinstance(graphs, dict) or not graphs:
             raise BundleError(f"{path / MANIFEST} lists no graphs")
+        files = manifest.get("files")
         self.graphs: dict[str, GraphEntry] = {
-            name: GraphEntry.from_json(name, entry) for name, entry in graphs.items()
+            name: GraphEntry.from_json(name, entry, files if isinstance(files, dict) else {})
+            for name, entry in graphs.items()
         }
+        self._external_checked: set[str] = set()
 
     # ---- loading --------------------------------------------------------------------------
     @classmethod
@@ -123,27 +153,23 @@ class Bundle:
                 f"{root} is a bundle archive; unpack it first (edgekit.archive.unpack)"
             )
         manifest_path = root / MANIFEST
-        if not manifest_path.is_file():
-            raise BundleError(f"{root} is not a bundle: {MANIFEST} is missing")
+        if manifest_path.is_symlink() or not manifest_path.is_file():
+            raise BundleError(f"{root} is not a bundle: {MANIFEST} is missing (or not a file)")
         try:
-            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{manifest_path} is not valid JSON: {exc}") from exc
-        if not isinstance(manifest, dict):
-            raise BundleError(f"{manifest_path} must hold a JSON object")
-        version = manifest.get("schema_version")
-        if version not in SUPPORTED_SCHEMAS:
-            raise BundleError(
-                f"{manifest_path} has schema_version {version!r}; this edgekit reads "
-                f"{', '.join(map(str, SUPPORTED_SCHEMAS))} (upgrade edgekit or re-export)"
-            )
-        bundle = cls(root, manifest)
+            with open(manifest_path, "rb") as fh:
+                raw = fh.read(MAX_MANIFEST_BYTES + 1)
+        except OSError as exc:
+            raise BundleError(f"cannot read {manifest_path}: {exc}") from exc
+        bundle = cls(root, parse_manifest(raw, str(manifest_path)))
         if verify_checksums:
             problems = bundle.integrity_problems()
             if problems:
+                more = [f"and {len(problems) - 10} more"] if len(problems) > 10 else []
                 raise BundleError(
-                    f"bundle {root} failed its integrity check: " + "; ".join(problems)
+                    f"bundle {root} failed its integrity check: " + "; ".join(problems[:10] + more)
                 )
+            for entry in bundle.graphs.values():
+                bundle.check_external_data(entry)
         return bundle
 
     def integrity_problems(self) -> list[str]:
@@ -154,15 +180,30 @@ class Bundle:
         problems = []
         for rel, expected in sorted(files.items()):
             target = self._resolve(rel)
-            if not target.is_file():
-                problems.append(f"file '{rel}' is missing")
-            elif sha256_file(target) != expected:
-                problems.append(f"file '{rel}' has the wrong sha256 (corrupt or modified)")
+            try:
+                if not target.is_file():
+                    problems.append(f"file '{rel}' is missing")
+                elif sha256_file(target) != expected:
+                    problems.append(f"file '{rel}' has the wrong sha256 (corrupt or modified)")
+            except OSError as exc:
+                problems.append(f"file '{rel}' cannot be read ({exc.strerror or exc})")
         for entry in self.graphs.values():
             for rel in [*entry.files, *([entry.golden] if entry.golden else [])]:
                 if rel not in files:
                     problems.append(f"graph '{entry.name}' file '{rel}' has no recorded checksum")
-        return problems
+        return problems + unlisted_paths(self.path, files)
+
+    def check_external_data(self, entry: GraphEntry) -> None:
+        """BundleError unless the ONNX files of ``entry`` read external data only from listed
+        files inside the bundle (once per graph and Bundle)."""
+        if entry.name in self._external_checked:
+            return
+        files = self.manifest.get("files") or {}
+        for rel in entry.files:
+            if rel.lower().endswith(".onnx") or (entry.format == "onnx" and rel == entry.file):
+                self._resolve(rel)
+                check_external_data(self.path, rel, files)
+        self._external_checked.add(entry.name)
 
     def _resolve(self, rel: str) -> Path:
         candidate = (self.path / rel).resolve()
@@ -177,16 +218,16 @@ class Bundle:
 
     @property
     def target(self) -> str:
-        t = self.manifest.get("target", {})
+        t = self.manifest.get("target") or {}
         return f"{t.get('format')}-{t.get('precision')}"
 
     @property
     def format(self) -> str:
-        return str(self.manifest.get("target", {}).get("format", ""))
+        return str((self.manifest.get("target") or {}).get("format", ""))
 
     @property
     def precision(self) -> str:
-        return str(self.manifest.get("target", {}).get("precision", ""))
+        return str((self.manifest.get("target") or {}).get("precision", ""))
 
     @property
     def report(self) -> dict[str, Any]:
@@ -211,17 +252,7 @@ class Bundle:
         entry = self.graph(graph)
         if not entry.golden:
             raise BundleError(f"graph '{entry.name}' has no golden I/O")
-        with np.load(self.file(entry.golden), allow_pickle=False) as data:
-            split: dict[str, dict[str, np.ndarray]] = {
-                "input/": {},
-                "output/": {},
-                "reference/": {},
-            }
-            for key in data.files:
-                for prefix, bucket in split.items():
-                    if key.startswith(prefix):
-                        bucket[key[len(prefix) :]] = data[key]
-        return split["input/"], split["output/"], split["reference/"]
+        return read_golden(self.file(entry.golden), f"graph '{entry.name}' golden file")
 
     # ---- running --------------------------------------------------------------------------
     def default_runtime(self, graph: str | None = None) -> str:
@@ -266,6 +297,7 @@ class Bundle:
                 f"(graph '{entry.name}')"
             )
         device = device or default_device(rt)
+        self.check_external_data(entry)
         sess = rt.load(
             self.file(entry.file), device, runtime_options(entry, rt.name, threads, extra)
         )
@@ -275,62 +307,6 @@ class Bundle:
     def sessions(self, **kwargs: Any) -> dict[str, Any]:
         """A session for every graph, keyed by graph name."""
         return {name: self.session(name, **kwargs) for name in self.graphs}
-
-
-def runtime_options(
-    entry: GraphEntry, runtime: str, threads: int | None, extra: Mapping[str, Any] | None = None
-) -> Any:
-    """RuntimeOptions for loading ``entry`` on ``runtime``: the artifact's own load-time settings
-    (e.g. ``details["ort_session_config"]`` that keeps a disabled fusion disabled) plus ``extra``."""
-    from edgekit.runtimes import RuntimeOptions
-
-    merged: dict[str, Any] = dict(extra or {})
-    if runtime == "onnxruntime" and entry.details.get("ort_session_config"):
-        merged["session_config"] = {
-            **entry.details["ort_session_config"],
-            **dict(merged.get("session_config") or {}),
-        }
-    return RuntimeOptions(threads, merged)
-
-
-def default_device(runtime: Any) -> str:
-    """ "cpu" when the runtime offers it, else its first device; DeviceUnavailableError if none."""
-    from edgekit.errors import DeviceUnavailableError
-
-    devices = runtime.devices()
-    if not devices:
-        raise DeviceUnavailableError(
-            f"runtime '{runtime.name}' has no usable device on this machine"
-        )
-    return "cpu" if "cpu" in devices else devices[0]
-
-
-def check_io_matches(
-    entry: GraphEntry, inputs: list[TensorSpec], outputs: list[TensorSpec]
-) -> None:
-    """Raise BundleError when a loaded graph's I/O differs from the manifest's statement."""
-    for kind, stated, actual in (
-        ("input", entry.inputs, inputs),
-        ("output", entry.outputs, outputs),
-    ):
-        by_name = {s.name: s for s in actual}
-        stated_names = [s.name for s in stated]
-        if sorted(by_name) != sorted(stated_names):
-            raise BundleError(
-                f"graph '{entry.name}' {kind}s are {sorted(by_name)} but {MANIFEST} states "
-                f"{sorted(stated_names)}"
-            )
-        for spec in stated:
-            got = by_name[spec.name]
-            fixed_mismatch = len(got.shape) != len(spec.shape) or any(
-                isinstance(a, int) and isinstance(b, int) and a != b
-                for a, b in zip(got.shape, spec.shape, strict=False)
-            )
-            if got.dtype != spec.dtype or fixed_mismatch:
-                raise BundleError(
-                    f"graph '{entry.name}' {kind} '{spec.name}' is {got.describe()} but "
-                    f"{MANIFEST} states {spec.describe()}"
-                )
 
 
 class BundleWriter:

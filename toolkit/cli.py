@@ -40,20 +40,25 @@ def handle_errors(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from rich.markup import escape
-
         from edgekit.errors import EdgekitError, ParityError, SelfTestError
 
         try:
             return fn(*args, **kwargs)
         except (ParityError, SelfTestError) as exc:
-            _console(stderr=True).print(f"[bold red]FAILED[/]: {escape(str(exc))}", highlight=False)
+            _fail_line("[bold red]FAILED[/]", str(exc))
             raise typer.Exit(1) from None
         except EdgekitError as exc:
-            _console(stderr=True).print(f"[bold red]error[/]: {escape(str(exc))}", highlight=False)
+            _fail_line("[bold red]error[/]", str(exc))
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _fail_line(label: str, message: str) -> None:
+    """``label: message`` on stderr, never hard-wrapped (a one-line message stays one line)."""
+    from rich.markup import escape
+
+    _console(stderr=True).print(f"{label}: {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -256,14 +261,15 @@ def selftest_cmd(
     ] = None,
 ) -> None:
     """Re-run BUNDLE's golden I/O here; exit 1 if this machine does not reproduce it."""
+    from rich.markup import escape
+
     from edgekit.selftest import selftest
 
     result = selftest(str(bundle), runtime=runtime, device=device)
     for graph, outputs in result.graphs.items():
         for name, stats in outputs.items():
-            _console().print(
-                f"[green]ok[/] {graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}"
-            )
+            line = f"{graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}"
+            _console().print(f"[green]ok[/] {escape(line)}")
 
 
 @app.command("bench")
@@ -396,20 +402,26 @@ def demo_cmd(
 @handle_errors
 def info_cmd(bundle: Annotated[Path, typer.Argument(help="bundle directory")]) -> None:
     """Show what a bundle holds (integrity-checked)."""
+    # Manifest text is printed verbatim, never as rich markup: a bundle is untrusted, and a
+    # closing tag in a model name must not break the output.
+    from rich.markup import escape
+
     from edgekit.bundle import Bundle
 
     b = Bundle.load(bundle)
     m = b.manifest
-    _console().print(f"[bold]{b.model}[/] {b.target}  tier={m.get('tier')} task={m.get('task')}")
+    out = _console()
+    facts = f"{b.target}  tier={m.get('tier')} task={m.get('task')}"
+    out.print(f"[bold]{escape(b.model)}[/] {escape(facts)}")
     for entry in b.graphs.values():
-        _console().print(f"  graph {entry.name}: {', '.join(entry.files)}")
+        out.print(escape(f"  graph {entry.name}: {', '.join(entry.files)}"))
         for spec in entry.inputs:
-            _console().print(f"    in  {spec.describe()}")
+            out.print(escape(f"    in  {spec.describe()}"))
         for spec in entry.outputs:
-            _console().print(f"    out {spec.describe()}")
+            out.print(escape(f"    out {spec.describe()}"))
     report = m.get("report") or {}
-    _console().print(
-        f"  verified: {report.get('passed', 'not verified')}  versions: {m.get('versions')}"
+    out.print(
+        escape(f"  verified: {report.get('passed', 'not verified')}  versions: {m.get('versions')}")
     )
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.errors import InputError
+from edgekit.errors import BundleError, InputError
 
 
 def sam2_bundle(bundle_or_model: str, target: str = "onnx-fp32") -> Any:
@@ -75,7 +75,12 @@ def bundle_stream_config(bundle: Any) -> Any:
             f"bundle {bundle.path} records stream options {unknown} this edgekit does not know "
             f"(known: {sorted(known)}); export it again with this version"
         )
-    return StreamConfig(**{"image_size": size, **recorded})
+    try:
+        return StreamConfig(**{"image_size": size, **recorded})
+    except (TypeError, ValueError) as exc:  # a value of the wrong type in the manifest
+        raise BundleError(
+            f"bundle {bundle.path} records stream options of the wrong type ({exc}): {recorded}"
+        ) from None
 
 
 def parse_prompt(points: Sequence[str], negatives: Sequence[str], box: str | None) -> Any:
