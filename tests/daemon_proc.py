@@ -89,3 +89,10 @@ class DaemonProcess:
                 self.proc.kill()
                 self.proc.wait(10)
         return self.proc.returncode if self.proc else None
+
+    def stop_clean(self) -> str:
+        """``stop`` and assert a clean exit whose log has no traceback; returns the log."""
+        assert self.stop() in (0, -15), self.log.read_text()[-2000:]
+        log = self.log.read_text()
+        assert "edgekit daemon stopped" in log and "Traceback" not in log, log[-3000:]
+        return log

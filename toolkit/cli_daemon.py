@@ -51,6 +51,13 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
         max_upload_mb: Annotated[
             float | None, typer.Option(help="largest bundle archive accepted (default 2048 MB)")
         ] = None,
+        max_unpacked_mb: Annotated[
+            float | None,
+            typer.Option(
+                help="most bytes a deploy may unpack to, counted while decompressing "
+                "(default 4096 MB; a gzip bomb stops here)"
+            ),
+        ] = None,
         lens_prior: Annotated[
             Path | None,
             typer.Option(
@@ -58,8 +65,33 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
                 "lens pipelines, which then score with its VisiT variant"
             ),
         ] = None,
+        rollback_after: Annotated[
+            float,
+            typer.Option(
+                help="seconds a pipeline may fail on every frame after a deploy before the "
+                "daemon rolls the bundle back to the previous version (0 = never)"
+            ),
+        ] = 10.0,
+        header_timeout: Annotated[
+            float,
+            typer.Option(help="seconds a connection may take to send a request head"),
+        ] = 5.0,
+        max_connections: Annotated[
+            int,
+            typer.Option(help="open connections (beyond: the longest-idle one is closed)"),
+        ] = 4096,
+        max_requests: Annotated[
+            int, typer.Option(help="requests in flight (beyond: 503; /health always answers)")
+        ] = 64,
+        ssl_certfile: Annotated[
+            Path | None, typer.Option(help="serve HTTPS with this PEM certificate (+ key)")
+        ] = None,
+        ssl_keyfile: Annotated[
+            Path | None, typer.Option(help="the PEM private key of --ssl-certfile")
+        ] = None,
     ) -> None:
         """Run the on-device daemon: camera, pipelines, HTTP API and live page."""
+        from edgekit.daemon.http_protocol import HttpLimits
         from edgekit.daemon.serve import serve
         from edgekit.errors import InputError
 
@@ -71,7 +103,12 @@ def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
             initial[name] = path
         serve(
             camera, pipeline, host, port, state_dir, initial, fps, duration,
-            profile=profile, max_upload_mb=max_upload_mb, lens_prior=lens_prior,
+            profile=profile, max_upload_mb=max_upload_mb, max_unpacked_mb=max_unpacked_mb,
+            lens_prior=lens_prior,
+            rollback_after_s=rollback_after,
+            http_limits=HttpLimits(header_timeout, max_connections=max_connections,
+                                   max_requests=max_requests),
+            ssl_certfile=ssl_certfile, ssl_keyfile=ssl_keyfile,
         )  # fmt: skip
 
     @app.command("deploy")

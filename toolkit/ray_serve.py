@@ -157,7 +157,7 @@ class ServedBundle:
     def parse(self, body: Mapping[str, Any]) -> tuple[tuple, Any]:
         """A request as (batch key, payload); InputError when it is malformed."""
         from edgekit.tensorspec import check_feeds
-        from edgekit.text_scorer import _check_pairs, check_texts
+        from edgekit.text_scorer import check_pairs, check_texts
 
         if body.get("inputs") is not None:
             entry = self.bundle.graph(body.get("graph"))
@@ -187,7 +187,7 @@ class ServedBundle:
                 raise InputError(
                     f"pairs need a sentence-embedding bundle, not task '{self.scorer.task}'"
                 )
-            return ("pairs",), _check_pairs(body["pairs"])
+            return ("pairs",), check_pairs(body["pairs"])
         if body.get("texts") is None:
             raise InputError("give 'texts' (a list of strings) or 'pairs' ([[a, b], ...])")
         return ("texts",), check_texts(body["texts"])

@@ -82,7 +82,7 @@ class TextScorer:
         if pairs is not None:
             if self.task != "sentence-embedding":
                 raise InputError(f"pairs need a sentence-embedding bundle, not task '{self.task}'")
-            flat = [str(t) for p in _check_pairs(pairs) for t in p]
+            flat = [str(t) for p in check_pairs(pairs) for t in p]
             emb = self._embeddings(flat)
             a, b = emb[0::2], emb[1::2]
             cos = (a * b).sum(axis=1)
@@ -158,10 +158,15 @@ def check_texts(texts: Any) -> list[str]:
             raise InputError(f"texts[{i}] must be a non-empty string")
         if len(t) > MAX_CHARS:
             raise InputError(f"texts[{i}] is {len(t)} characters, over {MAX_CHARS}")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. JSON "\ud800": no tokenizer
+            raise InputError(f"texts[{i}] is not valid Unicode at character {exc.start}") from None
     return list(texts)
 
 
-def _check_pairs(pairs: Any) -> list[list[str]]:
+def check_pairs(pairs: Any) -> list[list[str]]:
+    """``pairs`` as a non-empty list of [text, text] within the size limits, else InputError."""
     if not isinstance(pairs, (list, tuple)) or not pairs:
         raise InputError("pairs must be a non-empty list of [text, text]")
     if len(pairs) > MAX_TEXTS // 2:

@@ -2,12 +2,15 @@
 worker threads, so the event loop keeps answering while it happens.
 
 Mutating endpoints need ``Authorization: Bearer <token>``: PUT /bundles/{name},
-POST /bundles/{name}/rollback, POST /bench, POST /pipelines/{name}/prompt.
+POST /bundles/{name}/rollback, POST /bench, POST /pipelines/{name}/prompt, and
+GET /health?detail=1 (pipeline tracebacks, the state folder). Bodies are read capped and
+checked field by field (``edgekit.daemon.requests``); what callers without the token see has no
+file-system paths or tracebacks (``edgekit.daemon.guard``); any unexpected error is a generic 500
+and one log line.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -22,10 +25,19 @@ from typing import Any
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import ClientDisconnect
 
+from edgekit.daemon.guard import Guard, log, public_status, public_text
 from edgekit.daemon.loop import FrameLoop
 from edgekit.daemon.metrics import DaemonMetrics
+from edgekit.daemon.requests import (
+    MAX_JSON_BYTES,
+    ClientGone,
+    bench_request,
+    iter_body,
+    json_body,
+    prompt_request,
+    score_request,
+)
 from edgekit.daemon.store import BundleNotDeployed, BundleStore, check_name
 from edgekit.errors import BundleError, EdgekitError, InputError, SelfTestError
 
@@ -56,6 +68,8 @@ class DaemonState:
         self.camera_spec = camera_spec
         self.profile = profile
         self.max_upload_bytes = max_upload_bytes
+        self.max_json_bytes = MAX_JSON_BYTES  # cap on every JSON request body (413 beyond)
+        self.max_requests = 64  # requests in flight beyond /health (503 beyond)
         self.started = time.time()
         self.deploy_lock = threading.Lock()
         self.scorers: dict[str, tuple[int, Any]] = {}
@@ -94,18 +108,32 @@ def create_app(state: DaemonState) -> FastAPI:
         print("edgekit daemon stopped", flush=True)
 
     app = FastAPI(title="edgekit daemon", version=_version(), lifespan=lifespan)
+    app.add_middleware(Guard, max_requests=state.max_requests)
 
     @app.exception_handler(EdgekitError)
     async def _edgekit_error(request: Request, exc: EdgekitError) -> JSONResponse:
         code = 422 if isinstance(exc, (BundleError, SelfTestError)) else 400
         if isinstance(exc, BundleNotDeployed):
             code = 404
-        return JSONResponse({"error": type(exc).__name__, "detail": str(exc)}, status_code=code)
+        code = getattr(exc, "status_code", code)
+        if isinstance(exc, ClientGone):
+            client = request.client.host if request.client else "?"
+            log.warning("%s %s from %s: %s", request.method, request.url.path, client, exc)
+        detail = str(exc) if authorized(request) else public_text(str(exc), 1000)
+        detail = detail.encode("utf-8", "backslashreplace").decode()  # lone surrogates echoed
+        headers = {"Connection": "close"} if code in (408, 413) else None
+        body = {"error": type(exc).__name__, "detail": detail}
+        return JSONResponse(body, status_code=code, headers=headers)
+
+    def authorized(request: Request) -> bool:
+        """Whether ``request`` carries the daemon's token (bytes compared in constant time)."""
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        # headers arrive as latin-1 text: compare their bytes (compare_digest refuses non-ASCII str)
+        sent = given.strip().encode("latin-1", "replace")
+        return scheme.lower() == "bearer" and hmac.compare_digest(sent, state.token.encode())
 
     def require_token(request: Request) -> None:
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip(), state.token):
+        if not authorized(request):
             raise HTTPException(
                 401,
                 "this endpoint needs 'Authorization: Bearer <token>' (the token is in the "
@@ -113,20 +141,36 @@ def create_app(state: DaemonState) -> FastAPI:
             )
 
     @app.get("/health")
-    def health() -> dict[str, Any]:
+    async def health(request: Request, detail: bool = False) -> dict[str, Any]:
+        """Liveness for anyone (on the event loop: it never waits for a worker thread); with
+        ``detail=1`` and the token, full pipeline statuses (tracebacks) and the state folder."""
+        if detail:
+            require_token(request)
         loop = state.loop
         camera = dict(loop.camera_state) if loop else {"connected": False, "error": "no camera"}
-        pipelines = {k: _public(v) for k, v in loop.status.items()} if loop else {}
+        camera = {"spec": state.camera_spec, **camera}
+        statuses = {k: dict(v) for k, v in loop.status.items()} if loop else {}
+        pipelines = {k: public_status(v) for k, v in statuses.items()}
         ok = camera.get("connected") and all(p["state"] == "running" for p in pipelines.values())
+        extra: dict[str, Any] = {}
+        if detail:
+            pipelines = {
+                k: {key: value for key, value in v.items() if not key.startswith("_")}
+                for k, v in statuses.items()
+            }
+            extra = {"state_dir": str(state.state_dir)}
+        else:
+            camera = public_status(camera)
         return {
             "status": "ok" if ok else "degraded",
             "uptime_s": round(time.time() - state.started, 3),
-            "camera": {"spec": state.camera_spec, **camera},
+            "camera": camera,
             "frames": loop.frames if loop else 0,
             "pipelines": pipelines,
             "bundles": state.store.names(),
             "profile": state.profile.to_json() if state.profile else None,
             "version": _version(),
+            **extra,
         }
 
     @app.get("/metrics")
@@ -146,7 +190,8 @@ def create_app(state: DaemonState) -> FastAPI:
             known = ", ".join(loop.status) if loop else "none"
             raise HTTPException(404, f"no pipeline '{name}' runs here (running: {known})")
         result = loop.results.get(name)
-        return {"status": _public(loop.status[name]), "latest": _public(result) if result else None}
+        status = public_status(dict(loop.status[name]))
+        return {"status": status, "latest": public_status(result) if result else None}
 
     @app.post("/pipelines/{name}/prompt")
     async def prompt(name: str, request: Request) -> dict[str, Any]:
@@ -155,15 +200,12 @@ def create_app(state: DaemonState) -> FastAPI:
         pipe = next((p for p in loop.pipelines if p.name == name), None) if loop else None
         if pipe is None or not hasattr(pipe, "set_prompts"):
             raise HTTPException(404, f"no promptable pipeline '{name}' runs here")
-        body = await _json_body(request)
-        objects = body.get("objects")
-        if not isinstance(objects, dict):
-            raise InputError("POST .../prompt needs {'objects': {'1': {'points': [[x, y]], ...}}}")
-        try:
-            parsed = {int(k): v for k, v in objects.items()}
-        except ValueError as exc:
-            raise InputError(f"object ids must be integers: {exc}") from exc
-        pipe.set_prompts(parsed, reset=bool(body.get("reset", True)))
+        body = await json_body(request, state.max_json_bytes)
+        frame = loop.latest.frame if loop else None
+        hw = frame.image.shape[:2] if frame is not None else None
+        frame_hw = (int(hw[0]), int(hw[1])) if hw is not None else None
+        parsed, reset = prompt_request(body, frame_hw)
+        pipe.set_prompts(parsed, reset=reset)
         return {"pipeline": name, "queued": sorted(parsed)}
 
     @app.get("/frame.png")
@@ -179,16 +221,17 @@ def create_app(state: DaemonState) -> FastAPI:
         return PAGE_HTML
 
     @app.get("/bundles")
-    def bundles() -> dict[str, Any]:
-        return {"bundles": [state.store.describe(n) for n in state.store.names()]}
+    def bundles(request: Request) -> dict[str, Any]:
+        described = [state.store.describe(n) for n in state.store.names()]
+        return {"bundles": [_public_bundle(d, authorized(request)) for d in described]}
 
     @app.get("/bundles/{name}")
-    def bundle(name: str) -> dict[str, Any]:
+    def bundle(name: str, request: Request) -> dict[str, Any]:
         check_name(name)
         info = state.store.describe(name)
         if not info["current"]:
             raise HTTPException(404, f"no bundle named '{name}' is deployed here")
-        return info
+        return _public_bundle(info, authorized(request))
 
     @app.put("/bundles/{name}")
     async def deploy(name: str, request: Request) -> dict[str, Any]:
@@ -216,18 +259,16 @@ def create_app(state: DaemonState) -> FastAPI:
     @app.post("/bench")
     async def bench(request: Request) -> dict[str, Any]:
         require_token(request)
-        body = await _json_body(request)
-        return await run_in_threadpool(_bench, state, body)
+        body = await json_body(request, state.max_json_bytes)
+        return await run_in_threadpool(_bench, state, *bench_request(body))
 
     @app.post("/score")
     async def score(request: Request) -> dict[str, Any]:
-        body = await _json_body(request)
-        name = body.get("bundle")
-        if not isinstance(name, str):
-            raise InputError("POST /score needs {'bundle': NAME, 'texts': [...]} or 'pairs'")
-        scorer = await run_in_threadpool(state.scorer, check_name(name))
+        body = await json_body(request, state.max_json_bytes)
+        name, texts, pairs = score_request(body)  # every field checked before any model loads
+        scorer = await run_in_threadpool(state.scorer, name)
         start = time.perf_counter()
-        out = await run_in_threadpool(scorer.score, body.get("texts"), body.get("pairs"))
+        out = await run_in_threadpool(scorer.score, texts, pairs)
         return {**out, "bundle": name, "latency_ms": round((time.perf_counter() - start) * 1e3, 3)}
 
     app.state.edgekit = state
@@ -237,25 +278,18 @@ def create_app(state: DaemonState) -> FastAPI:
 async def _receive_upload(request: Request, state: DaemonState) -> Path:
     """Stream the request body to a temp file (size-capped, per-chunk timeout); a partial or
     oversized upload is deleted and never reaches the store."""
-    length = request.headers.get("content-length")
-    if length and int(length) > state.max_upload_bytes:
-        raise HTTPException(413, f"archive of {length} bytes is over {state.max_upload_bytes}")
+    body = iter_body(
+        request, state.max_upload_bytes, UPLOAD_CHUNK_TIMEOUT_S, None, what="bundle archive"
+    )
+    chunk = await anext(body, b"")  # a Content-Length over the cap is refused before any file
     fd, name = tempfile.mkstemp(prefix="upload-", suffix=".tar", dir=state.uploads)
     path, total = Path(name), 0
     try:
         with os.fdopen(fd, "wb") as fh:
-            stream = request.stream().__aiter__()
-            while True:
-                try:
-                    chunk = await asyncio.wait_for(stream.__anext__(), UPLOAD_CHUNK_TIMEOUT_S)
-                except StopAsyncIteration:
-                    break
-                except ClientDisconnect:
-                    raise HTTPException(400, "the client went away mid-upload") from None
+            while chunk:
                 total += len(chunk)
-                if total > state.max_upload_bytes:
-                    raise HTTPException(413, f"archive is over {state.max_upload_bytes} bytes")
                 fh.write(chunk)
+                chunk = await anext(body, b"")
         if total == 0:
             raise InputError("empty upload: PUT the bundle archive (.tar) as the request body")
         return path
@@ -265,45 +299,29 @@ async def _receive_upload(request: Request, state: DaemonState) -> Path:
 
 
 def _deploy(state: DaemonState, name: str, archive: Path) -> dict[str, Any]:
-    from edgekit.selftest import selftest
+    """Deploy ``archive`` as ``name`` through ``deploy_checked`` (fit, self-test, swap)."""
+    from edgekit.daemon.deploy import deploy_checked
 
-    def check(path: Path) -> dict[str, Any]:
-        result = selftest(str(path))
-        return {"runtime": result.runtime, "passed": result.passed, "graphs": list(result.graphs)}
-
+    pipelines = state.loop.pipelines if state.loop else []
     with state.deploy_lock:
-        return state.store.deploy(name, archive, check)
+        return deploy_checked(state.store, name, archive, pipelines)
 
 
-def _bench(state: DaemonState, body: dict[str, Any]) -> dict[str, Any]:
-    from edgekit.bench import BenchConfig, bench_many, expand_targets
+def _bench(
+    state: DaemonState, name: str, runtimes: list[str], config: Any, pause: bool
+) -> dict[str, Any]:
+    """Bench deployed bundle ``name`` (arguments checked by ``requests.bench_request``)."""
+    from edgekit.bench import bench_many, expand_targets
 
-    name = body.get("bundle")
-    if not isinstance(name, str):
-        raise InputError("POST /bench needs {'bundle': NAME, 'runtimes': [...], 'config': {...}}")
-    path = state.store.get(check_name(name)).path
-    runtimes = body.get("runtimes") or []
-    if not isinstance(runtimes, list) or not all(isinstance(r, str) for r in runtimes):
-        raise InputError("'runtimes' must be a list of runtime names")
-    config = BenchConfig.from_json(body.get("config") or {})
+    path = state.store.get(name).path
     targets = expand_targets([str(path)], runtimes)
-    pause = bool(body.get("pause_pipelines", True)) and state.loop is not None
+    pause = pause and state.loop is not None
     with state.loop.paused() if pause else contextlib.nullcontext():  # type: ignore[union-attr]
         report = bench_many(targets, config, progress=False)
     report["pipelines_paused"] = pause
     for row in report["results"]:
         row["bundle_name"] = name
     return report
-
-
-async def _json_body(request: Request) -> dict[str, Any]:
-    try:
-        body = await request.json()
-    except ValueError as exc:
-        raise InputError(f"request body is not JSON: {exc}") from exc
-    if not isinstance(body, dict):
-        raise InputError("request body must be a JSON object")
-    return body
 
 
 def _sha256(path: Path) -> str:
@@ -314,8 +332,13 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _public(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if not k.startswith("_")}
+def _public_bundle(info: dict[str, Any], authorized: bool) -> dict[str, Any]:
+    """A bundle's description; without the token, history reasons (pipeline errors of an
+    auto-rollback) lose their file-system paths."""
+    if authorized:
+        return info
+    history = [public_status(h) for h in info.get("history") or []]
+    return {**info, "history": history}
 
 
 def _version() -> str:

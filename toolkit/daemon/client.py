@@ -93,7 +93,11 @@ class DaemonClient:
         return response.json() if ctype.startswith("application/json") else response.content
 
     # ---- read -------------------------------------------------------------------------------
-    def health(self) -> dict[str, Any]:
+    def health(self, detail: bool = False) -> dict[str, Any]:
+        """The daemon's /health; ``detail``: with the token, full pipeline statuses (their
+        tracebacks) and the state folder, which callers without it do not see."""
+        if detail:
+            return self._call("GET", "/health", params={"detail": 1}, headers=self._auth())
         return self._call("GET", "/health")
 
     def metrics_text(self) -> str:

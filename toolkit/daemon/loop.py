@@ -4,7 +4,9 @@ The camera thread captures with the stream's current settings and puts each fram
 one-slot "latest frame" box; a pipeline worker always takes the newest frame, and every frame
 that arrived while it was busy is counted as dropped for that pipeline. Memory is bounded by
 construction (one frame per slot, one result per pipeline). A camera that disconnects is
-closed and reopened with backoff; a pipeline that raises on a frame is counted and keeps going.
+closed and reopened with backoff; a pipeline that raises on a frame (or cannot load its
+bundle) is counted and keeps going. After a swap, a pipeline that fails on every frame for
+``rollback_after_s`` seconds gets the previous version back (``edgekit.daemon.rollback``).
 The HTTP server runs elsewhere (the event loop) and only reads snapshots from here.
 """
 
@@ -18,7 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from edgekit.daemon.metrics import DaemonMetrics
-from edgekit.daemon.pipelines import Context, Pipeline
+from edgekit.daemon.pipelines import Context, FrameError, Pipeline
+from edgekit.daemon.rollback import DEFAULT_ROLLBACK_AFTER_S, AutoRollback
 from edgekit.daemon.store import BundleNotDeployed, BundleStore
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, Frame
 
@@ -74,7 +77,8 @@ class FrameLoop:
 
     ``open_camera``: a zero-argument factory (reopened after a disconnect); ``fps``: cap on the
     camera thread's rate (0 = as fast as the camera delivers); ``max_frames``: stop capturing
-    after this many frames (None = forever).
+    after this many frames (None = forever); ``rollback_after_s``: roll a swap back when a
+    pipeline fails on every frame for this long after it (<= 0: never).
     """
 
     def __init__(
@@ -86,6 +90,7 @@ class FrameLoop:
         fps: float = 0.0,
         max_frames: int | None = None,
         profile: Any = None,
+        rollback_after_s: float = DEFAULT_ROLLBACK_AFTER_S,
     ) -> None:
         self.open_camera = open_camera
         self.pipelines = pipelines
@@ -101,6 +106,7 @@ class FrameLoop:
             p.name: {"state": "starting", "processed": 0, "dropped": 0, "errors": 0}
             for p in pipelines
         }
+        self.rollbacks = AutoRollback(store, metrics, pipelines, self.status, rollback_after_s)
         self.camera_state: dict[str, Any] = {"connected": False, "reconnects": 0, "error": None}
         self.stream_settings = CaptureSettings()
         self.camera: SharedCamera | None = None
@@ -240,6 +246,13 @@ class FrameLoop:
                 waiting = True
                 self._stop.wait(0.2)
                 continue
+            except Exception as exc:  # noqa: BLE001 - a bundle that will not load
+                self._busy[pipe.name] = False
+                self.rollbacks.loaded(pipe)
+                self._failed(pipe, exc, "load failed")
+                self._stop.wait(0.2)
+                continue
+            self.rollbacks.loaded(pipe)
             waiting = False
             try:
                 status.update(state="running", runtime=pipe.runtime)
@@ -248,13 +261,11 @@ class FrameLoop:
                 result = pipe.process(frame, ctx)
                 metrics.stage.labels(pipe.name, "total").observe(time.perf_counter() - start)
             except Exception as exc:  # noqa: BLE001 - one bad frame must not stop the daemon
-                metrics.errors.labels(pipe.name).inc()
-                status["errors"] += 1
-                status["last_error"] = f"{type(exc).__name__}: {exc}"
-                status["last_error_trace"] = traceback.format_exc(limit=5)[-2000:]
+                self._failed(pipe, exc)
                 continue
             finally:
                 self._busy[pipe.name] = False
+            self.rollbacks.succeeded(pipe)
             # a newer frame already waiting while this one was processed: the slot is full
             metrics.queue_depth.labels(pipe.name).set(int(self.latest.seq > seen))
             metrics.capture_to_decision.labels(pipe.name).observe(time.monotonic() - captured_at)
@@ -272,3 +283,16 @@ class FrameLoop:
                 "_frame": frame,
                 **pipe.render_extras(),
             }
+
+    def _failed(self, pipe: Pipeline, exc: Exception, state: str | None = None) -> None:
+        """Count a frame (or load) ``pipe`` failed on; the swap watch hears of it unless the
+        camera was at fault (a malformed frame, a disconnect during a pipeline's captures)."""
+        status = self.status[pipe.name]
+        self.metrics.errors.labels(pipe.name).inc()
+        status["errors"] += 1
+        status["last_error"] = f"{type(exc).__name__}: {exc}"
+        status["last_error_trace"] = traceback.format_exc(limit=5)[-2000:]
+        if state:
+            status["state"] = state
+        if not isinstance(exc, (FrameError, CameraDisconnected)):
+            self.rollbacks.failed(pipe, status["last_error"])

@@ -19,7 +19,10 @@ class DaemonMetrics:
     - ``edgekit_capture_to_decision_seconds{pipeline}``: frame capture to result published;
     - ``edgekit_queue_depth{pipeline}``: frames waiting for the pipeline (0 or 1: latest-frame slot);
     - ``edgekit_camera_reconnects_total``, ``edgekit_camera_connected``;
-    - ``edgekit_bundle_swaps_total{name,event}``, ``edgekit_rss_bytes``.
+    - ``edgekit_bundle_swaps_total{name,event}`` (event: deploy, rollback, auto-rollback);
+    - ``edgekit_auto_rollbacks_total{bundle}``: swaps the daemon undid by itself because a
+      pipeline failed on every frame after them (``edgekit.daemon.rollback``);
+    - ``edgekit_rss_bytes``.
     """
 
     def __init__(self) -> None:
@@ -62,6 +65,12 @@ class DaemonMetrics:
         )
         self.swaps = Counter(
             "edgekit_bundle_swaps", "Bundle deploys and rollbacks", ["name", "event"], **reg
+        )
+        self.auto_rollbacks = Counter(
+            "edgekit_auto_rollbacks",
+            "Swaps rolled back by the daemon after a pipeline failed on every frame",
+            ["bundle"],
+            **reg,
         )
         self.rss = Gauge("edgekit_rss_bytes", "Resident set size of the daemon", **reg)
         self.rss.set_function(_rss_bytes)
