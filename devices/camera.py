@@ -3,6 +3,13 @@
 Backends (sim, v4l2, picamera2, gstreamer, file) subclass ``Camera``. A requested setting outside
 a control's range is clamped to the nearest allowed value and the clamp is reported in
 ``Frame.clamped`` — never silently changed. A camera that goes away raises CameraDisconnected.
+
+A control change reaches the sensor a few frames later (a 2-4 frame deep pipeline; UVC webcams
+differ), so ``capture(settings)`` waits until a frame really carries the requested settings and
+drops the frames before it: ``Frame.settings`` are the settings the frame had (from the sensor's
+metadata, a control readback, or the simulator), ``Frame.requested`` what was asked for (clamped),
+``Frame.dropped_frames`` how many frames the wait cost and ``Frame.settings_source`` how the
+settings are known (``SETTINGS_SOURCES``). A frame that never arrives raises SettingsTimeout.
 """
 
 from __future__ import annotations
@@ -19,6 +26,13 @@ from edgekit.errors import EdgekitError, InputError
 
 class CameraDisconnected(EdgekitError):
     """The camera stopped answering (unplugged, driver reset, end of a file source)."""
+
+
+# How a frame's ``settings`` are known: "sim" (the simulator rendered them), "metadata" (the
+# sensor's per-frame metadata, picamera2), "readback" (controls read back after the pipeline
+# depth was discarded, V4L2), "unverified" (applied, but the source cannot report them:
+# GStreamer), "none" (the source has no controls: files).
+SETTINGS_SOURCES = ("sim", "metadata", "readback", "unverified", "none")
 
 
 @dataclass(frozen=True)
@@ -90,9 +104,11 @@ class ControlRange:
 class Frame:
     """One capture. ``image``: (H, W, 3) uint8 RGB.
 
-    ``settings`` are those actually applied; ``clamped`` maps a control name to
-    (requested, applied) for every value the camera had to change; ``latency_s`` is the time
-    from request to frame, shutter time included.
+    ``settings`` are those the frame really had (``settings_source`` says how that is known);
+    ``requested``: the clamped request (None when none was made); ``clamped`` maps a control name
+    to (requested, applied) for every value the camera had to change; ``latency_s`` is the time
+    from request to frame, the ``dropped_frames`` waited for the settings and the shutter time
+    included.
     """
 
     image: np.ndarray
@@ -101,6 +117,62 @@ class Frame:
     latency_s: float = 0.0
     clamped: dict[str, tuple[float, float]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)
+    requested: CaptureSettings | None = None
+    dropped_frames: int = 0
+    settings_source: str = "unverified"
+
+
+@dataclass(frozen=True)
+class SettleTolerance:
+    """When a frame's settings count as the requested ones (sensors quantise them).
+
+    Exposure matches within max(``exposure_rel`` x requested, ``exposure_abs_s``: one sensor line
+    time); ISO (gain) within ``iso_rel`` x requested. Unset fields of the request always match.
+    """
+
+    exposure_rel: float = 0.02
+    exposure_abs_s: float = 30e-6
+    iso_rel: float = 0.02
+
+    def matches(self, actual: CaptureSettings, requested: CaptureSettings) -> bool:
+        """True when ``actual`` carries ``requested`` (auto-exposure requests always match)."""
+        if requested.auto_exposure:
+            return True
+        if requested.shutter_s is not None:
+            if actual.shutter_s is None:
+                return False
+            tol = max(self.exposure_rel * requested.shutter_s, self.exposure_abs_s)
+            if abs(actual.shutter_s - requested.shutter_s) > tol:
+                return False
+        if requested.iso is None:
+            return True
+        return actual.iso is not None and abs(actual.iso - requested.iso) <= (
+            self.iso_rel * requested.iso
+        )
+
+
+EXACT = SettleTolerance(exposure_rel=1e-9, exposure_abs_s=0.0, iso_rel=1e-9)
+
+
+class SettingsTimeout(EdgekitError):
+    """No frame carried the requested settings within the wait limit (frames or seconds)."""
+
+    def __init__(
+        self,
+        camera: str,
+        requested: CaptureSettings,
+        last_seen: CaptureSettings | None,
+        frames: int,
+        waited_s: float,
+    ) -> None:
+        self.requested, self.last_seen, self.frames, self.waited_s = (
+            requested, last_seen, frames, waited_s,
+        )  # fmt: skip
+        seen = last_seen.describe() if last_seen is not None else "no frame"
+        super().__init__(
+            f"{camera}: no frame carried the requested settings ({requested.describe()}) after "
+            f"{frames} frames / {waited_s:.3f} s; the last frame had {seen}"
+        )
 
 
 class Camera(ABC):

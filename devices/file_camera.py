@@ -2,7 +2,8 @@
 
 Folders: PNG / JPEG / BMP / TIFF files in name order, read with imageio. Videos: decoded with
 imageio's PyAV plugin (``pip install av``). ``capabilities()`` is {}; requested settings are not
-applied: ``Frame.settings`` is empty and the request is listed in ``metadata["ignored"]``. The end
+applied: ``Frame.settings`` is empty, ``settings_source`` is "none", ``dropped_frames`` 0 and the
+request is in ``Frame.requested`` and ``metadata["ignored"]``. The end
 of the source raises CameraDisconnected unless ``loop=True``.
 """
 
@@ -126,6 +127,9 @@ class FileCamera(Camera):
             settings=CaptureSettings(),
             latency_s=time.perf_counter() - start,
             clamped={},
+            requested=settings,
+            dropped_frames=0,
+            settings_source="none",
             metadata={
                 "camera": self.name,
                 "source": str(self.files[index] if self.files else self.path),

@@ -6,6 +6,10 @@ nvarguscamerasrc properties used: ``exposuretimerange="LOW HIGH"`` (nanoseconds)
 the value. The properties are fixed when the pipeline starts, so a new setting rebuilds the
 pipeline (about a second on a Jetson). Needs OpenCV built with GStreamer (JetPack's
 ``python3-opencv``; the PyPI wheels lack GStreamer). A full pipeline string may be given instead.
+
+Settling: none. The appsink frames carry no exposure metadata, so a frame's settings cannot be
+checked: ``Frame.settings`` are the pinned (requested) ones with ``settings_source="unverified"``
+and ``dropped_frames=0``; a user pipeline has no controls (``settings_source="none"``).
 """
 
 from __future__ import annotations
@@ -140,6 +144,9 @@ class GStreamerCamera(Camera):
             settings=applied,
             latency_s=time.perf_counter() - start,
             clamped=clamped,
+            requested=applied,
+            dropped_frames=0,
+            settings_source="unverified" if self._caps else "none",
             metadata={"camera": self.name, "pipeline": pipeline, "ignored": ignored},
         )
 

@@ -4,6 +4,13 @@ libcamera controls used: ``AeEnable`` (bool), ``ExposureTime`` (int, microsecond
 ``AnalogueGain`` (float, 1.0 = unity = ISO 100 here, so AnalogueGain = ISO / 100). Pi camera
 modules have a fixed aperture; a requested aperture is reported as ignored. Install with
 ``pip install 'edgekit[pi]'`` (on Raspberry Pi OS prefer ``apt install python3-picamera2``).
+
+Settling: libcamera applies controls a few frames after ``set_controls`` and reports, per request,
+the ``ExposureTime`` and ``AnalogueGain`` the frame was really taken with. ``capture`` releases
+requests until one carries the request within ``tolerance`` (the sensor quantises exposure to
+lines and gain to its gain codes: default exposure within max(2 %, 30 us ~ one line), gain within
+2 %) and returns it with ``Frame.dropped_frames``; none within ``max_wait_frames`` frames or
+``timeout_s`` raises SettingsTimeout. Auto-exposure requests take the next frame.
 """
 
 from __future__ import annotations
@@ -13,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
+from edgekit.devices.camera import (
+    Camera,
+    CameraDisconnected,
+    CaptureSettings,
+    ControlRange,
+    Frame,
+    SettleTolerance,
+)
+from edgekit.devices.settle import DEFAULT_MAX_WAIT_FRAMES, DEFAULT_TIMEOUT_S, wait_for_settings
 from edgekit.errors import InputError, MissingDependencyError
 
 US_PER_S = 1_000_000  # ExposureTime unit: microseconds
@@ -65,11 +80,24 @@ def _import_picamera2() -> Any:
 
 
 class PiCamera2Camera(Camera):
-    """A Pi camera module; frames as (H, W, 3) uint8 RGB at ``size`` = (H, W)."""
+    """A Pi camera module; frames as (H, W, 3) uint8 RGB at ``size`` = (H, W).
+
+    ``tolerance``, ``max_wait_frames``, ``timeout_s``: when a frame counts as carrying the
+    requested settings and how long to wait for one (module docstring).
+    """
 
     name = "picamera2"
 
-    def __init__(self, index: int = 0, size: tuple[int, int] = (480, 640)) -> None:
+    def __init__(
+        self,
+        index: int = 0,
+        size: tuple[int, int] = (480, 640),
+        tolerance: SettleTolerance | None = None,
+        max_wait_frames: int = DEFAULT_MAX_WAIT_FRAMES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.tolerance = tolerance or SettleTolerance()
+        self.max_wait_frames, self.timeout_s = int(max_wait_frames), float(timeout_s)
         module = _import_picamera2()
         try:
             self._cam = module.Picamera2(index)
@@ -92,21 +120,28 @@ class PiCamera2Camera(Camera):
     def capabilities(self) -> dict[str, ControlRange]:
         return capabilities_from_camera_controls(self._cam.camera_controls)
 
+    def _read(self) -> tuple[Any, CaptureSettings]:
+        request = self._cam.capture_request()
+        return request, settings_from_metadata(request.get_metadata())
+
     def capture(self, settings: CaptureSettings | None = None) -> Frame:
+        """Apply ``settings`` and return the first frame whose metadata carries them."""
         settings = settings or CaptureSettings()
         applied, clamped = self.clamp(settings)
         start = time.perf_counter()
         try:
             self._cam.set_controls(picamera2_controls(applied))
-            request = self._cam.capture_request()
+            request, actual, dropped = wait_for_settings(
+                self._read, applied, self.tolerance, camera="Raspberry Pi camera",
+                drop=lambda r: r.release(), max_frames=self.max_wait_frames,
+                timeout_s=self.timeout_s,
+            )  # fmt: skip
             try:
                 image = np.ascontiguousarray(request.make_array("main")[..., 2::-1])
-                meta = request.get_metadata()
             finally:
                 request.release()
         except RuntimeError as exc:
             raise CameraDisconnected(f"Raspberry Pi camera stopped: {exc}") from exc
-        actual = settings_from_metadata(meta)
         ignored = ["aperture_f"] if settings.aperture_f is not None else []
         return Frame(
             image=image,
@@ -114,6 +149,9 @@ class PiCamera2Camera(Camera):
             settings=CaptureSettings(actual.iso, actual.shutter_s, None, applied.auto_exposure),
             latency_s=time.perf_counter() - start,
             clamped=clamped,
+            requested=applied,
+            dropped_frames=dropped,
+            settings_source="metadata",
             metadata={"camera": self.name, "ignored": ignored, "requested": applied.to_json()},
         )
 

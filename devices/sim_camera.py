@@ -21,6 +21,12 @@ is wide open in dim light; (3) the shutter follows down to the hand-held floor o
 1/60 s; (6) in light too bright for 1/8000 s the aperture closes further. The camera does not
 know it is on a tripod, and a dark backdrop around a bright subject makes an average meter
 over-expose the subject, as real cameras do.
+
+Settings latency (off by default): with ``settings_latency=N`` a new setting reaches the sensor N
+frames after it is written (devices/settle.py ``DelayedControls``), as on hardware; ``capture``
+then drops the N frames that still carry the old settings (each costs a frame time:
+max(``frame_interval_s``, shutter + readout)) and returns the first frame with the new ones,
+with ``Frame.dropped_frames`` = N and their time in ``latency_s``.
 """
 
 from __future__ import annotations
@@ -34,7 +40,13 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
+from edgekit.devices.camera import (
+    Camera,
+    CameraDisconnected,
+    CaptureSettings,
+    ControlRange,
+    Frame,
+)
 from edgekit.devices.lighting import LIGHTINGS, Lighting, get_lighting
 from edgekit.devices.metering import check_mode, metered_reflectance
 from edgekit.devices.print_mount import PrintMount
@@ -47,6 +59,7 @@ from edgekit.devices.sensor import (
     simulate,
     srgb_to_linear,
 )
+from edgekit.devices.settle import DEFAULT_MAX_WAIT_FRAMES, DelayedControls
 from edgekit.errors import InputError
 
 ISO_RANGE = (100.0, 25600.0)
@@ -119,7 +132,10 @@ class SimCamera(Camera):
     sleeps for the capture latency; ``region`` = "heldout" (default) or "full" framing of photos;
     ``mount``: None (the scene fills the frame) or a PrintMount (a print on a dark backdrop);
     ``metering``: "average", "center-weighted" or "evaluative" (auto-exposure,
-    devices/metering.py); ``aperture_range``: the lens's (smallest, largest) f-number.
+    devices/metering.py); ``aperture_range``: the lens's (smallest, largest) f-number;
+    ``settings_latency``: frames before a new setting reaches the sensor (0: the next frame);
+    ``frame_interval_s``: the sensor's frame period (None: a frame takes shutter + readout);
+    ``max_wait_frames``: frames dropped waiting for a setting before SettingsTimeout.
     """
 
     name = "sim"
@@ -141,6 +157,9 @@ class SimCamera(Camera):
         mount: PrintMount | None = None,
         metering: str = "average",
         aperture_range: tuple[float, float] = APERTURE_RANGE,
+        settings_latency: int = 0,
+        frame_interval_s: float | None = None,
+        max_wait_frames: int = DEFAULT_MAX_WAIT_FRAMES,
     ) -> None:
         self.size = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
         if min(self.size) < 8:
@@ -170,6 +189,11 @@ class SimCamera(Camera):
             raise InputError("SimCamera needs a scene or a non-empty scenes list")
         self.lighting = get_lighting(lighting)
         self.current = DEFAULT_SETTINGS
+        if frame_interval_s is not None and not frame_interval_s > 0:
+            raise InputError(f"frame_interval_s must be > 0, got {frame_interval_s}")
+        self.frame_interval_s = frame_interval_s
+        self.max_wait_frames = int(max_wait_frames)
+        self.controls = DelayedControls(DEFAULT_SETTINGS, int(settings_latency))
         self.captures = 0
         self._clock = 0.0
         self._closed = False
@@ -180,7 +204,8 @@ class SimCamera(Camera):
     def from_spec(cls, arg: str, **options: Any) -> SimCamera:
         """``seed=3,lighting=dim-room,size=128`` (or ``size=96x128``, ``scene=coffee``,
         ``fail_after=5``, ``realtime=1``, ``region=full``, ``mount=print``,
-        ``metering=center-weighted``); keyword ``options`` win."""
+        ``metering=center-weighted``, ``settings_latency=2,frame_interval_ms=33``); keyword
+        ``options`` win."""
         kwargs: dict[str, Any] = {}
         for part in filter(None, (p.strip() for p in arg.split(","))):
             key, sep, value = part.partition("=")
@@ -188,8 +213,13 @@ class SimCamera(Camera):
                 raise InputError(f"sim camera option '{part}' must be key=value")
             key = key.strip().replace("-", "_")
             value = value.strip()
-            if key in ("seed", "fail_after", "glitch_every", "tour_every"):
+            if key in (
+                "seed", "fail_after", "glitch_every", "tour_every", "settings_latency",
+                "max_wait_frames",
+            ):  # fmt: skip
                 kwargs[key] = int(value)
+            elif key == "frame_interval_ms":
+                kwargs["frame_interval_s"] = float(value) / 1000.0
             elif key == "size":
                 h, _, w = value.lower().partition("x")
                 kwargs[key] = (int(h), int(w or h))
@@ -204,7 +234,8 @@ class SimCamera(Camera):
             else:
                 raise InputError(
                     f"unknown sim camera option '{key}'; expected seed, lighting, size, scene, "
-                    "region, fail_after, glitch_every, tour_every, realtime, mount, metering"
+                    "region, fail_after, glitch_every, tour_every, realtime, mount, metering, "
+                    "settings_latency, frame_interval_ms, max_wait_frames"
                 )
         kwargs.update(options)
         return cls(**kwargs)
@@ -281,8 +312,14 @@ class SimCamera(Camera):
         applied, _ = self.clamp(CaptureSettings(iso=iso, shutter_s=t, aperture_f=n))
         return replace(applied, auto_exposure=True)
 
+    def frame_time_s(self, settings: CaptureSettings) -> float:
+        """Seconds one sensor frame at ``settings`` takes: max(frame interval, shutter + readout)."""
+        exposure = float(settings.shutter_s or 0.0) + self.sensor.readout_s
+        return max(self.frame_interval_s or 0.0, exposure)
+
     def capture(self, settings: CaptureSettings | None = None) -> Frame:
-        """Clamp ``settings`` (None fields keep the current value), simulate, return the frame."""
+        """Clamp ``settings`` (None fields keep the current value), wait for a frame carrying
+        them (``settings_latency``), simulate it, return it."""
         if self._closed:
             raise CameraDisconnected("the sim camera was closed")
         if self.fail_after is not None and self.captures >= self.fail_after:
@@ -312,6 +349,10 @@ class SimCamera(Camera):
             )
             applied, clamped = self.clamp(merged)
         self.current = replace(applied, auto_exposure=False)
+        dropped, waited = self.controls.settle(
+            self.current, self.frame_time_s, self.max_wait_frames
+        )
+        latency += waited
         lit = self.lighting
         out = simulate(
             self.scene_linear,
@@ -325,7 +366,7 @@ class SimCamera(Camera):
             flicker_hz=lit.flicker_hz,
             params=self.sensor,
         )
-        latency += float(applied.shutter_s) + self.sensor.readout_s  # type: ignore[arg-type]
+        latency += self.frame_time_s(applied)
         if self.realtime:
             time.sleep(latency)
             timestamp = time.time()
@@ -342,6 +383,9 @@ class SimCamera(Camera):
             settings=applied,
             latency_s=latency,
             clamped=clamped,
+            requested=applied,
+            dropped_frames=dropped,
+            settings_source="sim",
             metadata={
                 "camera": self.name,
                 "scene": self.scene_name,

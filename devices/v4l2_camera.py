@@ -10,6 +10,14 @@ V4L2 controls used (Linux UAPI, "Camera Control Reference"):
   (V4L2_CID_GAIN), whose unit is driver specific: it is mapped on a log scale so the control's
   minimum is ISO 100 and its maximum is ``iso_at_max_gain`` (ISO 1600 by default: 4 stops, typical
   of UVC webcams). Webcams have no aperture control; a requested aperture is reported as ignored.
+
+Settling: V4L2 frames carry no exposure metadata, and a control change reaches the frames a few
+frames later (the sensor pipeline plus the driver's queued buffers). After writing the controls,
+``capture`` reads them back until they hold the written values (``Frame.settings`` are the
+read-back values), then drops ``settle_frames`` frames in all (default ``DEFAULT_SETTLE_FRAMES`` =
+3; per device with ``v4l2:/dev/video0,settle_frames=4``; it cannot be measured at open without a
+known scene, so it is not) and returns the next one. Unchanged controls drop nothing. A readback
+that never matches raises SettingsTimeout after ``max_wait_frames`` frames or ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -21,13 +29,23 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange, Frame
+from edgekit.devices.camera import (
+    Camera,
+    CameraDisconnected,
+    CaptureSettings,
+    ControlRange,
+    Frame,
+    SettingsTimeout,
+    SettleTolerance,
+)
+from edgekit.devices.settle import DEFAULT_MAX_WAIT_FRAMES, DEFAULT_TIMEOUT_S
 from edgekit.errors import InputError, MissingDependencyError
 
 EXPOSURE_UNIT_S = 100e-6  # V4L2 exposure_time_absolute unit: 100 microseconds
 AUTO_EXPOSURE_MANUAL = 1  # V4L2_EXPOSURE_MANUAL
 AUTO_EXPOSURE_APERTURE_PRIORITY = 3  # V4L2_EXPOSURE_APERTURE_PRIORITY
 ISO_AT_MAX_GAIN = 1600.0  # assumed ISO of the gain control's maximum (gain units are per driver)
+DEFAULT_SETTLE_FRAMES = 3  # frames a control change takes to reach the frames (UVC: 2-4)
 
 Limits = tuple[float, float, float]  # (minimum, maximum, step) of a V4L2 integer control
 
@@ -96,6 +114,21 @@ def v4l2_controls_for(
     return values
 
 
+def settings_from_controls(
+    values: dict[str, float], controls: dict[str, Limits], iso_at_max: float = ISO_AT_MAX_GAIN
+) -> CaptureSettings:
+    """The settings V4L2 control values {name: value} (read back from the device) stand for."""
+    shutter = values.get("exposure_time_absolute")
+    iso = values.get("iso_sensitivity")
+    if iso is None and "gain" in values and "gain" in controls:
+        iso = gain_to_iso(values["gain"], controls["gain"], iso_at_max)
+    return CaptureSettings(
+        iso=None if iso is None else float(iso),
+        shutter_s=None if shutter is None else exposure_absolute_to_shutter(shutter),
+        auto_exposure=values.get("auto_exposure") == AUTO_EXPOSURE_APERTURE_PRIORITY,
+    )
+
+
 def yuyv_to_rgb(data: bytes | np.ndarray, width: int, height: int) -> np.ndarray:
     """YUYV 4:2:2 (BT.601 limited range) bytes -> (H, W, 3) uint8 RGB."""
     raw = np.frombuffer(data, dtype=np.uint8)[: width * height * 2].reshape(height, width // 2, 4)
@@ -117,11 +150,33 @@ def _import_linuxpy() -> Any:
 
 
 class V4L2Camera(Camera):
-    """A V4L2 device (``/dev/videoN``) read with linuxpy; MJPEG or YUYV frames -> RGB."""
+    """A V4L2 device (``/dev/videoN``) read with linuxpy; MJPEG or YUYV frames -> RGB.
+
+    ``settle_frames``: frames dropped after a control change (module docstring);
+    ``max_wait_frames`` / ``timeout_s``: how long the readback may take before SettingsTimeout.
+    """
 
     name = "v4l2"
 
-    def __init__(self, path: str = "/dev/video0", iso_at_max_gain: float = ISO_AT_MAX_GAIN) -> None:
+    def __init__(
+        self,
+        path: str = "/dev/video0",
+        iso_at_max_gain: float = ISO_AT_MAX_GAIN,
+        settle_frames: int = DEFAULT_SETTLE_FRAMES,
+        max_wait_frames: int = DEFAULT_MAX_WAIT_FRAMES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        tolerance: SettleTolerance | None = None,
+    ) -> None:
+        if settle_frames < 0 or max_wait_frames < 0:
+            raise InputError(
+                f"settle_frames and max_wait_frames must be >= 0, got {settle_frames}, "
+                f"{max_wait_frames}"
+            )
+        self.settle_frames, self.max_wait_frames = int(settle_frames), int(max_wait_frames)
+        self.timeout_s = timeout_s
+        # one control unit (100 us) of exposure; gain steps are ~1 % on a 0..255 control
+        self.tolerance = tolerance or SettleTolerance(exposure_abs_s=EXPOSURE_UNIT_S)
+        self._written: dict[str, int] | None = None
         device = _import_linuxpy()
         if not Path(path).exists():
             raise CameraDisconnected(f"no V4L2 device at {path} (is the camera plugged in?)")
@@ -142,7 +197,22 @@ class V4L2Camera(Camera):
 
     @classmethod
     def from_spec(cls, arg: str, **options: Any) -> V4L2Camera:
-        """``/dev/video0`` or a device number ``0``."""
+        """``/dev/video0`` or a device number ``0``, optionally ``,settle_frames=4``,
+        ``,max_wait_frames=30``, ``,timeout_s=2``; keyword ``options`` win."""
+        arg, *opts = arg.split(",")
+        kwargs: dict[str, Any] = {}
+        for opt in filter(None, (o.strip() for o in opts)):
+            key, _, value = opt.partition("=")
+            if key in ("settle_frames", "max_wait_frames"):
+                kwargs[key] = int(value)
+            elif key == "timeout_s":
+                kwargs[key] = float(value)
+            else:
+                raise InputError(
+                    f"unknown v4l2 camera option '{key}'; expected settle_frames, "
+                    "max_wait_frames, timeout_s"
+                )
+        options = {**kwargs, **options}
         arg = arg or "/dev/video0"
         path = f"/dev/video{arg}" if arg.isdigit() else arg
         if not path.startswith("/dev/"):
@@ -158,16 +228,47 @@ class V4L2Camera(Camera):
             if name in self._limits or name == "auto_exposure":
                 controls[name].value = value
 
+    def _readback(self, names: list[str]) -> CaptureSettings:
+        controls = self._device.controls
+        values = {n: float(controls[n].value) for n in names}
+        return settings_from_controls(values, self._limits, self.iso_at_max)
+
+    def _settle(
+        self, applied: CaptureSettings, values: dict[str, int]
+    ) -> tuple[CaptureSettings, int]:
+        """Write ``values``, wait for the readback, drop the pipeline: (read back, dropped)."""
+        changed = values != self._written
+        self._set(values)
+        names = [n for n in values if n in self._limits or n == "auto_exposure"]
+        start, dropped = time.perf_counter(), 0
+        actual = self._readback(names)
+        while not self.tolerance.matches(actual, applied):
+            waited = time.perf_counter() - start
+            if dropped >= self.max_wait_frames or waited > self.timeout_s:
+                self._written = None  # unknown state: the next capture settles again
+                raise SettingsTimeout(f"V4L2 {self.path}", applied, actual, dropped, waited)
+            next(self._stream)
+            dropped += 1
+            actual = self._readback(names)
+        self._written = values
+        for _ in range(dropped, self.settle_frames if changed else 0):
+            next(self._stream)
+            dropped += 1
+        return actual, dropped
+
     def capture(self, settings: CaptureSettings | None = None) -> Frame:
+        """Apply ``settings`` and return the first frame taken with them (module docstring)."""
         settings = settings or CaptureSettings()
         applied, clamped = self.clamp(settings)
         start = time.perf_counter()
         try:
-            self._set(v4l2_controls_for(applied, self._limits, self.iso_at_max))
+            values = v4l2_controls_for(applied, self._limits, self.iso_at_max)
+            actual, dropped = self._settle(applied, values)
             frame = next(self._stream)
         except (OSError, StopIteration) as exc:
             raise CameraDisconnected(f"V4L2 device {self.path} stopped: {exc}") from exc
-        fmt = str(getattr(frame, "pixel_format", getattr(frame.format, "pixel_format", "")))
+        fmt = getattr(frame, "pixel_format", None)  # linuxpy: on the frame or its format
+        fmt = str(fmt or getattr(getattr(frame, "format", None), "pixel_format", ""))
         if "YUYV" in fmt:
             image = yuyv_to_rgb(bytes(frame.data), frame.width, frame.height)
         else:
@@ -178,9 +279,12 @@ class V4L2Camera(Camera):
         return Frame(
             image=image,
             timestamp_s=time.time(),
-            settings=applied,
+            settings=actual,
             latency_s=time.perf_counter() - start,
             clamped=clamped,
+            requested=applied,
+            dropped_frames=dropped,
+            settings_source="readback",
             metadata={"camera": self.name, "device": self.path, "ignored": ignored},
         )
 

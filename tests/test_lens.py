@@ -434,3 +434,44 @@ def test_good_exposure_auroc_ignores_the_easy_pairs() -> None:
     assert within_scene_auroc(scores, correct, keep) == 0.0
     assert within_scene_auroc(-scores, correct, keep) == 1.0
     assert math.isnan(within_scene_auroc(scores, np.zeros_like(correct), keep))
+
+
+@pytest.mark.parametrize("strategy", ["metered", "two-stage"])
+def test_lens_scores_frames_that_carry_each_candidates_settings(session, scene, strategy) -> None:
+    """A sensor 2 frames late at 30 fps: every score comes from a frame that really had its
+    candidate's settings, and the decision's capture time includes the dropped frames."""
+    from edgekit.devices.sim_camera import SimCamera
+
+    class Recording(SimCamera):
+        def capture(self, settings: CaptureSettings | None = None):  # type: ignore[override]
+            frame = super().capture(settings)
+            self.log.append((settings, frame))
+            return frame
+
+    cam = Recording(scene=scene, size=(64, 64), settings_latency=2, frame_interval_s=0.033)
+    cam.log = []
+    lens = LensController(session, cam, budget_k=4, strategy=strategy)
+    for n in range(2):
+        cam.log.clear()
+        decision = lens.decide()
+        by_setting = {s: f for s, f in cam.log}
+        frames = [by_setting[lens.grid[i]] for i in decision.candidates]
+        assert len(cam.log) == decision.captures == len(frames) == 4
+        for i, frame in zip(decision.candidates, frames, strict=True):
+            assert frame.settings == frame.requested == lens.grid[i]
+        assert [f.dropped_frames for _, f in cam.log][1:] == [2] * 3  # each change waits 2
+        assert decision.dropped_frames == sum(f.dropped_frames for f in frames) >= 6 + 2 * (n == 0)
+        np.testing.assert_allclose(
+            decision.scores, visit_scores(session, np.stack([f.image for f in frames])), rtol=1e-5
+        )
+        assert decision.settings == lens.grid[decision.chosen_index]
+        floor = (decision.dropped_frames + decision.captures) * 0.033
+        assert decision.capture_latency_s >= floor >= (4 * 3 - 2 * (n > 0)) * 0.033
+        assert decision.to_json()["dropped_frames"] == decision.dropped_frames
+
+
+def test_lens_decision_wall_time_includes_the_settings_wait(session, scene) -> None:
+    cam = sim(scene, settings_latency=2, frame_interval_s=0.033, realtime=True)
+    decision = LensController(session, cam, budget_k=2, latency_budget_s=0.1).decide()
+    assert decision.dropped_frames == 2 * decision.captures
+    assert decision.capture_wall_s >= decision.capture_latency_s >= decision.captures * 3 * 0.033

@@ -37,6 +37,23 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
         run_lens("sim", "photo-cnn", frames=1, log=tmp_path / "v.jsonl", decision="vote")
 
 
+def test_run_lens_logs_the_time_a_late_sensor_costs(tmp_path: Path) -> None:
+    """A sensor whose settings arrive 2 frames late at 30 fps: each of the K captures waits 2
+    frames, the log's capture time includes them and stays above lens_time_budget's floor."""
+    from edgekit.lens import lens_time_budget
+
+    spec = "sim:seed=4,settings_latency=2,frame_interval_ms=33"
+    rows = run_lens(spec, "photo-cnn", budget_k=3, frames=2, log=tmp_path / "late.jsonl")
+    first, second = rows
+    assert first["captures"] == 3 and first["dropped_frames"] == 3 * 2
+    assert first["capture_latency_s"] >= lens_time_budget(3, 1 / 0.033, 2)
+    assert second["dropped_frames"] >= 2 * 2  # a repeated setting needs no wait
+    assert all(row["total_s"] >= row["capture_latency_s"] for row in rows)
+    plain = run_lens("sim:seed=4", "photo-cnn", budget_k=3, frames=1, log=tmp_path / "p.jsonl")
+    assert plain[0]["dropped_frames"] == 0
+    assert plain[0]["capture_latency_s"] < first["capture_latency_s"]
+
+
 def test_a_camera_without_controls_is_a_clear_error(tmp_path: Path) -> None:
     from skimage.io import imsave
 

@@ -19,12 +19,18 @@ whole budget on the sweep. That is ``strategy="ev-sweep"``. Two more CSAs (``STR
   levels around the best of them (two VisiT batches).
 
 With a per-decision latency budget
-each candidate costs its shutter time plus the camera's readout (estimated from past frames);
+each candidate costs its shutter time plus the camera's readout (estimated from past frames, so
+it includes the frames a camera drops waiting for a new setting to reach the sensor);
 inference time (measured, last batch) is reserved up front; candidates that would overrun the
 budget are skipped, shortest-shutter ones can still get in.
 
 With a calibrated ``SettingPrior`` (lens_prior; not in the paper) candidates are ranked by
 log VisiT + weight x log(calibration accuracy of the setting) instead of VisiT alone.
+
+Time: a camera returns only a frame that carries the requested setting (devices/camera.py), and a
+new setting reaches the sensor ``settle_frames`` frames late, so K candidates cost about
+K x (settle_frames + 1) frame times (``lens_time_budget``): K = 6 at 30 fps with 3 settle frames
+is 0.8 s per decision. ``Decision.capture_latency_s`` includes that wait.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange
+from edgekit.devices.settle import settle_time_s
 from edgekit.errors import InputError
 
 PAPER_ISO = (250.0, 2000.0, 16000.0)
@@ -49,6 +56,18 @@ STRATEGIES = ("ev-sweep", "metered", "two-stage")
 DECISIONS = ("select", "fuse")
 DEFAULT_STRATEGY = "metered"  # best on the calibration scenes at K = 3, 6, 9 (all 3 bundles)
 EV_LEVEL_TOL = 0.5  # stops; fixed a priori: settings this close in EV count as one EV level
+
+
+def lens_time_budget(
+    k: int, fps: float, settle_frames: int, shutter_s: float = 0.0, inference_s: float = 0.0
+) -> float:
+    """Seconds one decision of ``k`` captures takes at ``fps``: each candidate waits
+    ``settle_frames`` frames for its setting and keeps the next (a frame lasts at least
+    ``shutter_s``), plus ``inference_s``."""
+    if k < 1:
+        raise InputError(f"k must be >= 1, got {k}")
+    frame_s = max(settle_time_s(0, fps), shutter_s)
+    return k * (settle_frames + 1) * frame_s + inference_s
 
 
 def _cartesian(iso: tuple, shutter: tuple, aperture: tuple) -> list[CaptureSettings]:
@@ -164,7 +183,10 @@ def classifier_view(frame: Any) -> np.ndarray:
 @dataclass
 class Decision:
     """One Lens decision. ``image``: the chosen capture (H, W, 3) uint8; ``scores``: VisiT of
-    each candidate (K,); latencies in seconds (capture = sum of the frames' latency_s)."""
+    each candidate (K,); latencies in seconds: ``capture_latency_s`` = the sum of the frames'
+    latency_s (request to frame, the ``dropped_frames`` waited for each setting included; the
+    camera's clock: wall time on hardware, modelled time on the simulator unless realtime),
+    ``capture_wall_s`` = wall time this process spent in the captures."""
 
     settings: CaptureSettings
     score: float
@@ -183,6 +205,8 @@ class Decision:
     prior_weight: float | None = None
     prior_form: str | None = None  # "log" or "offset" (lens_prior), None without a prior
     variant: str = "top1"  # the VisiT variant that scored the candidates
+    dropped_frames: int = 0
+    capture_wall_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -191,6 +215,8 @@ class Decision:
             "score": round(float(self.score), 6),
             "captures": self.captures,
             "capture_latency_s": self.capture_latency_s,
+            "capture_wall_s": self.capture_wall_s,
+            "dropped_frames": self.dropped_frames,
             "inference_s": self.inference_s,
             "total_s": self.total_s,
             "candidates": self.candidates,
@@ -372,7 +398,9 @@ class LensController:
         if self.strategy == "metered" and hasattr(self.camera, "meter"):
             meter_ev = self.camera.meter().exposure_value()
         candidates = self.plan(meter_ev=meter_ev)
+        wall = time.perf_counter()
         frames = self._capture(candidates, 0)
+        wall = time.perf_counter() - wall
         started = time.perf_counter()
         scores, logits = visit_scores(
             self.runner,
@@ -385,9 +413,11 @@ class LensController:
             first = best_index(self.ranking(scores, candidates))
             extra = self.refine(candidates[first], candidates, k - len(candidates))
             if extra:
-                first_s = time.perf_counter() - started
+                captured = time.perf_counter()
+                first_s = captured - started
                 frames += self._capture(extra, len(candidates))
                 started = time.perf_counter()
+                wall += started - captured
                 more, more_logits = visit_scores(
                     self.runner, np.stack([classifier_view(f) for f in frames[len(candidates) :]]),
                     self.variant, return_logits=True,
@@ -426,6 +456,8 @@ class LensController:
             prior_weight=None if self.setting_prior is None else self.setting_prior.weight,
             prior_form=None if self.setting_prior is None else self.setting_prior.form,
             variant=self.variant,
+            dropped_frames=sum(getattr(f, "dropped_frames", 0) for f in frames),
+            capture_wall_s=wall,
         )
 
     def _capture(self, candidates: list[int], done: int) -> list[Any]:
