@@ -147,6 +147,72 @@ def test_card_releases_a_useful_classifier() -> None:
         get_card("certified-unlearning", not_an_option=1)
 
 
+def test_release_noise_is_fresh_unless_a_seed_is_given() -> None:
+    from edgekit.models.certified_unlearning.card import UnlearnConfig, release
+
+    assert UnlearnConfig().noise_seed is None
+    config = UnlearnConfig(unlearn_steps=5)  # few steps: large sigma, fast
+    first, second = release(config), release(config)
+    assert first.sigma == second.sigma > 0
+    # same recipe, same noiseless weights: the difference is two independent noise draws
+    diff = (first.weights - second.weights).ravel()
+    assert 0.7 * math.sqrt(2) * first.sigma < diff.std() < 1.3 * math.sqrt(2) * first.sigma
+    seeded = UnlearnConfig(unlearn_steps=5, noise_seed=7)
+    np.testing.assert_array_equal(release(seeded).weights, release(seeded).weights)
+    assert not np.array_equal(
+        release(seeded).weights, release(UnlearnConfig(unlearn_steps=5, noise_seed=8)).weights
+    )
+    for bad in (-1, 1.5, True):
+        with pytest.raises(InputError):
+            certify.release_rng(bad)  # type: ignore[arg-type]
+
+
+def test_card_serves_one_cached_release_per_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgekit.cache import CACHE_ENV
+    from edgekit.registry import get_card
+    from edgekit.sources import weights_record
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    first = get_card("certified-unlearning", unlearn_steps=5).train()
+    again = get_card("certified-unlearning", unlearn_steps=5).train()
+    assert not first.cached and again.cached and again.path == first.path
+    np.testing.assert_array_equal(again.weights, first.weights)
+    with np.load(first.path) as blob:
+        stored = set(blob.files)
+    assert "weights" in stored and not stored & {"clean_weights", "noise", "entropy"}
+    card = get_card("certified-unlearning", unlearn_steps=5)
+    assert weights_record(card) == {"weights": first.path.stem}
+    first.path.unlink()  # another release: another name, so a bundle of the old one is told apart
+    fresh = get_card("certified-unlearning", unlearn_steps=5).train()
+    assert fresh.path != first.path and not np.array_equal(fresh.weights, first.weights)
+
+
+def test_attack_auc_hand_computation() -> None:
+    from edgekit.models.certified_unlearning.audit import attack_auc
+
+    # pairs (a, r): 1<2, 1<3, 2=2 (half), 2<3 -> (3 + 0.5) / 4
+    assert attack_auc(np.array([1.0, 2.0]), np.array([2.0, 3.0])) == pytest.approx(0.875)
+    assert attack_auc(np.array([5.0]), np.array([1.0, 2.0])) == 0.0
+
+
+def test_membership_audit_cannot_tell_unlearned_from_retrained_but_catches_no_unlearning() -> None:
+    from edgekit.models.certified_unlearning.audit import membership_audit
+
+    result = membership_audit(draws=100, boots=300)
+    # the unlearned release: the attack is near coin-flipping and the forgotten rows' loss gap
+    # to retraining is not distinguishable from zero
+    assert result.unlearned_auc.low < 0.5 < result.unlearned_auc.high
+    assert result.unlearned_auc.value < 0.65
+    assert result.unlearned_loss_gap.low < 0 < result.unlearned_loss_gap.high
+    # the control (trained model + the same noise, nothing unlearned) is caught
+    assert result.control_auc.low > 0.9
+    assert result.control_loss_gap.low > 0
+    with pytest.raises(InputError):
+        membership_audit(draws=1)
+
+
 def test_study_writes_report_and_plot(tmp_path: Path) -> None:
     config = StudyConfig(
         n=400, n_test=200, dims=(4,), forget_sizes=(2, 16), noise_draws=3, cost_dim=4,

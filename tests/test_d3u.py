@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.card import Runner
 from edgekit.errors import InputError
 from edgekit.models.d3u.data import series, splits
 from edgekit.models.d3u.diffusion import Schedule, ddim_sample, ddim_timesteps, forecast_samples
@@ -142,6 +143,16 @@ def test_onnx_and_torch_samples_agree_under_the_same_noise(tmp_path: Path) -> No
     assert not np.allclose(other, ref)  # the seed is what fixes the noise
 
 
+class _ScaledDenoiser:
+    """A broken residual model: the denoiser's x0 prediction times ``factor``."""
+
+    def __init__(self, runner: Runner, factor: float) -> None:
+        self.runner, self.factor = runner, factor
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: v * self.factor for k, v in self.runner.run(feeds).items()}
+
+
 def test_training_is_cached_and_residual_samples_beat_no_residual(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,14 +173,42 @@ def test_training_is_cached_and_residual_samples_beat_no_residual(
     assert len(list((tmp_path / "d3u").glob("d3u-*.pt"))) == 1
     test = config.data()["test"]
     runners = torch_runners(d3u_graphs(again.point, again.denoiser, test.history[:2], H))
+
+    def crps_with(denoiser: Runner) -> float:
+        drawn, _ = forecast_samples(
+            dict(runners, denoiser=denoiser), test.history, 8, config.schedule(), steps=10
+        )
+        return crps_samples(drawn, test.target)
+
     samples, point = forecast_samples(runners, test.history, 8, config.schedule(), steps=10)
-    spread = samples.std(axis=0)
-    assert spread.mean() > 0.02  # the residual model adds uncertainty around the point forecast
+    no_residual = crps_samples(point[None], test.target)  # the point forecast alone (= MAE)
+    # point + sampled residual beats the point forecast alone by a margin ...
+    assert crps_samples(samples, test.target) < 0.95 * no_residual
+    # ... which a residual model of the wrong scale does not
+    assert crps_with(_ScaledDenoiser(runners["denoiser"], 0.0)) == pytest.approx(no_residual)
+    assert crps_with(_ScaledDenoiser(runners["denoiser"], 5.0)) > no_residual
     # the cached weights reproduce the trained ones exactly
     for a, b in zip(
         first.denoiser.state_dict().values(), again.denoiser.state_dict().values(), strict=True
     ):
         torch.testing.assert_close(a, b)
+
+
+def test_card_metadata_states_the_schedule_the_code_samples_with() -> None:
+    from edgekit.models.d3u.card import SAMPLING_ETA, SAMPLING_STEPS, D3UCard
+
+    for options in ({}, {"timesteps": 50}):
+        card = D3UCard(**options)
+        schedule = card.config.schedule()
+        sampling = card.preprocessing()["sampling"]
+        assert sampling["timesteps"] == schedule.steps == card.config.timesteps
+        assert sampling["steps"] == SAMPLING_STEPS and sampling["eta"] == SAMPLING_ETA
+        betas = sampling["betas"]
+        assert betas["schedule"] == "linear"
+        # the stated endpoints rebuild the exact cumulative products the sampler uses
+        rebuilt = Schedule(sampling["timesteps"], betas["beta_start"], betas["beta_end"])
+        np.testing.assert_array_equal(rebuilt.alpha_bar(), schedule.alpha_bar())
+    assert D3UCard().preprocessing()["sampling"]["betas"]["beta_end"] == Schedule().beta_end
 
 
 def test_bad_inputs_are_typed_errors() -> None:

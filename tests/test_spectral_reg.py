@@ -136,9 +136,41 @@ def test_continual_run_records_every_task() -> None:
     result = run_continual(config)
     assert len(result.train_accuracy) == len(result.first_epoch_accuracy) == 3
     assert len(result.sigmas) == 3 and set(result.sigmas[0]) == {"net.0", "net.2", "net.4"}
-    assert all(0.0 <= a <= 1.0 for a in result.train_accuracy)
     with pytest.raises(InputError, match="regularizer"):
         ContinualConfig(regularizer="dropout")
+
+
+def test_heldout_accuracy_is_measured_on_digits_never_trained_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgekit.models.spectral_reg import continual
+    from edgekit.models.spectral_reg.card import SpectralRegCard
+    from edgekit.models.spectral_reg.continual import TaskData
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    options = {"task_kind": "permuted", "tasks": 2, "steps": 80, "samples": 256}
+    summary = SpectralRegCard(**options).train()
+    assert summary.heldout_accuracy == summary.result.test_accuracy[-1]
+    assert summary.last_task_train_accuracy == summary.result.train_accuracy[-1]
+    assert summary.heldout_accuracy > 0.6  # chance is 0.1
+
+    stream = continual.task_stream
+
+    def shuffled_labels(config: continual.ContinualConfig) -> list[TaskData]:
+        gen = torch.Generator().manual_seed(5)
+        return [
+            TaskData(t.x, t.y[torch.randperm(len(t.y), generator=gen)], t.test_x, t.test_y)
+            for t in stream(config)
+        ]
+
+    monkeypatch.setattr(continual, "task_stream", shuffled_labels)
+    control = continual.run_continual(continual.ContinualConfig(**options))
+    # fitting shuffled labels does not transfer: held-out accuracy stays near chance, far
+    # below both the real run's and the control's own training accuracy
+    assert control.test_accuracy[-1] < 0.25
+    assert control.train_accuracy[-1] > control.test_accuracy[-1] + 0.1
+    # random labels have no held-out split: the card says so instead of reporting a number
+    assert SpectralRegCard(tasks=1, steps=4, samples=32).train().heldout_accuracy is None
 
 
 def test_spectral_keeps_plasticity_where_none_loses_it() -> None:

@@ -6,16 +6,25 @@ bound the certificate assumes), then the released linear layer.
 
 The released weights are: L2-regularised softmax regression (ERM) on the training split, then
 ``unlearn_steps`` GD steps on the retain set (training split minus ``forget`` random rows),
-then Gaussian noise calibrated to the (q, eps) Renyi budget (certify.py). Seconds on one core;
-nothing is cached. ``edgekit eval certified-unlearning`` runs the synthetic study
-(experiment.py).
+then Gaussian noise calibrated to the (q, eps) Renyi budget (certify.py). Seconds on one core.
+
+The noise is drawn from OS entropy (``noise_seed=None``, the default), so it cannot be
+regenerated and subtracted. The released weights (never the noise or the noiseless weights)
+are cached under ``cache_dir("certified-unlearning")``, keyed by the recipe and the source of
+this package and named with a digest of the weights, so every card built from the same recipe on
+this machine (export, verify) serves the same release; a bundle records that name and verifying
+it against another release fails loudly. ``edgekit eval certified-unlearning`` runs the
+synthetic study (experiment.py).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -23,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from edgekit.cache import atomic_write_bytes, cache_dir
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.certified_unlearning import certify, data, logistic
 from edgekit.visit import softmax
@@ -60,6 +70,7 @@ class UnlearnResult:
     retrain_accuracy: float
     seconds: float
     cached: bool = False
+    path: Path | None = None  # the cached release, when it came from / went to the cache
 
 
 @dataclass(frozen=True)
@@ -71,7 +82,83 @@ class UnlearnConfig:
     unlearn_steps: int = 600
     q: float = 2.0
     eps: float = 1.0
-    seed: int = 0
+    seed: int = 0  # the data split: train / test rows and which rows are forgotten
+    noise_seed: int | None = None  # None: release noise from OS entropy (seed only for tests)
+
+
+_RELEASE_FIELDS = ("weights", "sigma", "steps", "distance_bound", "heldout_accuracy",
+                   "retrain_accuracy", "seconds")  # fmt: skip
+
+
+def release(config: UnlearnConfig) -> UnlearnResult:
+    """ERM on the digits training split, unlearn the forget rows, add the noise (~1 s).
+
+    The noise comes from ``certify.release_rng(config.noise_seed)``: a fresh OS-entropy draw
+    on every call unless ``noise_seed`` is set. Nothing is cached here.
+    """
+    started = time.perf_counter()
+    rng = certify.release_rng(config.noise_seed)
+    split = data.digits_split(config.forget, config.seed)
+    xa, keep = logistic.augment(split.x), split.retain
+    tol = 1e-8
+    trained = logistic.fit_erm(xa, split.y, split.n_classes, config.lam, tol)
+    lipschitz = float(np.sqrt(2.0 * (data.DIGITS_FEATURE_NORM**2 + 1.0)))
+    distance0 = certify.erm_distance_bound(config.forget, len(xa), lipschitz, config.lam, tol)
+    released = certify.unlearn(
+        trained, xa[keep], split.y[keep], config.lam, distance0, config.unlearn_steps,
+        certify.RenyiBudget(config.q, config.eps), rng,
+    )  # fmt: skip
+    retrained = logistic.fit_erm(xa[keep], split.y[keep], split.n_classes, config.lam, tol)
+    xt = logistic.augment(split.x_test)
+
+    def accuracy(w: np.ndarray) -> float:
+        return float((logistic.probabilities(w, xt).argmax(axis=1) == split.y_test).mean())
+
+    return UnlearnResult(
+        released.weights, released.sigma, released.steps, released.distance_bound,
+        accuracy(released.weights), accuracy(retrained), time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def release_key(config: UnlearnConfig) -> str:
+    """sha256 over the config and this package's recipe sources (16 hex chars)."""
+    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
+    for module in (certify, data, logistic):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _load_release(path: Path) -> UnlearnResult | None:
+    try:
+        with np.load(path, allow_pickle=False) as blob:
+            values = {name: blob[name] for name in _RELEASE_FIELDS}
+    except (OSError, KeyError, ValueError):  # a corrupt or foreign file: release anew
+        return None
+    return UnlearnResult(
+        values["weights"].astype(np.float64), float(values["sigma"]), int(values["steps"]),
+        float(values["distance_bound"]), float(values["heldout_accuracy"]),
+        float(values["retrain_accuracy"]), float(values["seconds"]), True, path,
+    )  # fmt: skip
+
+
+def cached_release(config: UnlearnConfig) -> UnlearnResult:
+    """The cached release of ``config`` on this machine, or a new one (``release``) cached as
+    ``<key>-<digest of the released weights>.npz``. Only the released weights and their
+    certificate / accuracies are stored: the noise and the noiseless weights are not."""
+    folder, key = cache_dir("certified-unlearning"), release_key(config)
+    for path in sorted(folder.glob(f"{key}-*.npz"), key=lambda p: (p.stat().st_mtime, p.name)):
+        loaded = _load_release(path)
+        if loaded is not None:
+            return loaded
+    result = release(config)
+    digest = hashlib.sha256(np.ascontiguousarray(result.weights).tobytes()).hexdigest()[:12]
+    path = folder / f"{key}-{digest}.npz"
+    buffer = io.BytesIO()
+    np.savez(buffer, **{name: np.asarray(getattr(result, name)) for name in _RELEASE_FIELDS})
+    atomic_write_bytes(path, buffer.getvalue())
+    result.path = path
+    return result
 
 
 class CertifiedUnlearningCard(ModelCard):
@@ -117,30 +204,9 @@ class CertifiedUnlearningCard(ModelCard):
         return data.digits_split(self.config.forget, self.config.seed)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> UnlearnResult:
-        """ERM on the digits training split, unlearn the forget rows, add the noise (~1 s)."""
-        if self._result is not None:
-            return self._result
-        cfg, started = self.config, time.perf_counter()
-        split = self._split()
-        xa, keep = logistic.augment(split.x), split.retain
-        tol = 1e-8
-        trained = logistic.fit_erm(xa, split.y, split.n_classes, cfg.lam, tol)
-        lipschitz = float(np.sqrt(2.0 * (data.DIGITS_FEATURE_NORM**2 + 1.0)))
-        distance0 = certify.erm_distance_bound(cfg.forget, len(xa), lipschitz, cfg.lam, tol)
-        released = certify.unlearn(
-            trained, xa[keep], split.y[keep], cfg.lam, distance0, cfg.unlearn_steps,
-            certify.RenyiBudget(cfg.q, cfg.eps), np.random.default_rng(cfg.seed),
-        )  # fmt: skip
-        retrained = logistic.fit_erm(xa[keep], split.y[keep], split.n_classes, cfg.lam, tol)
-        xt = logistic.augment(split.x_test)
-
-        def accuracy(w: np.ndarray) -> float:
-            return float((logistic.probabilities(w, xt).argmax(axis=1) == split.y_test).mean())
-
-        self._result = UnlearnResult(
-            released.weights, released.sigma, released.steps, released.distance_bound,
-            accuracy(released.weights), accuracy(retrained), time.perf_counter() - started,
-        )  # fmt: skip
+        """The cached release of this recipe, or a new one (~1 s, see ``cached_release``)."""
+        if self._result is None:
+            self._result = cached_release(self.config)
         return self._result
 
     def model(self) -> LinearClassifier:

@@ -118,6 +118,21 @@ def steps_needed(distance0: float, target: float, mu: float, smooth: float) -> i
     return math.ceil(math.log(distance0 / target) / -math.log(contraction(mu, smooth)))
 
 
+def release_rng(noise_seed: int | None = None) -> np.random.Generator:
+    """The generator for a released model's Gaussian noise.
+
+    ``None`` (the only default anywhere) draws fresh OS entropy, so nobody can regenerate the
+    noise and subtract it from the released weights; the certificate relies on the noise being
+    secret. An explicit non-negative ``noise_seed`` makes the draw reproducible (tests only:
+    a seeded release certifies nothing against anyone who knows the seed).
+    """
+    if noise_seed is None:
+        return np.random.default_rng(np.random.SeedSequence())
+    if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
+        raise InputError(f"noise_seed must be None or an int >= 0, got {noise_seed!r}")
+    return np.random.default_rng(noise_seed)
+
+
 @dataclass
 class Unlearned:
     """A released model: weights (K, d + 1) after noise, the noiseless ones, the certificate."""

@@ -28,6 +28,8 @@ from edgekit.models.d3u.train import D3UConfig, Trained, train_d3u
 
 EVAL_WINDOWS = 48  # test windows scored by evaluate / agreement
 EVAL_SAMPLES = 16
+SAMPLING_STEPS = 20  # DDIM steps of every sampling loop this card runs
+SAMPLING_ETA = 0.0  # deterministic DDIM given the initial noise
 
 
 class D3UCard(ModelCard):
@@ -39,7 +41,8 @@ class D3UCard(ModelCard):
     architecture: ClassVar[str] = "transformer"
     summary: ClassVar[str] = (
         "point forecaster + conditional diffusion on its residual with a PatchDN denoiser "
-        "(patches, DiT blocks with adaLN-Zero), DDIM sampling in 20 steps"
+        "(patches, DiT blocks with adaLN-Zero), DDIM sampling in "
+        f"{SAMPLING_STEPS} steps"
     )
     primary_metric: ClassVar[str | None] = "crps"
     higher_is_better: ClassVar[bool] = False
@@ -119,15 +122,19 @@ class D3UCard(ModelCard):
         }
 
     def preprocessing(self) -> dict[str, Any]:
-        c = self.config
+        c, schedule = self.config, self.config.schedule()
         return {
             "input": f"history (B, {c.channels}, {c.lookback}) float32, raw values",
             "sampling": {
                 "method": "DDIM, x0-parameterised",
-                "timesteps": c.timesteps,
-                "steps": 20,
-                "betas": "linear 1e-4..0.02",
-                "eta": 0.0,
+                "timesteps": schedule.steps,
+                "steps": SAMPLING_STEPS,
+                "betas": {
+                    "schedule": "linear",
+                    "beta_start": schedule.beta_start,
+                    "beta_end": schedule.beta_end,
+                },
+                "eta": SAMPLING_ETA,
             },
             "output": "forecast samples = point forecast + sampled residual, (S, B, C, H)",
         }
@@ -135,7 +142,9 @@ class D3UCard(ModelCard):
     # ---- measuring -------------------------------------------------------------------------
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """CRPS and MSE on EVAL_WINDOWS test windows (EVAL_SAMPLES samples, fixed noise)."""
-        metrics, _ = d3u_score(runners, self.test(), self.config.schedule(), EVAL_SAMPLES)
+        metrics, _ = d3u_score(
+            runners, self.test(), self.config.schedule(), EVAL_SAMPLES, SAMPLING_STEPS
+        )
         return {k: metrics[k] for k in ("crps", "mse", "coverage90")}
 
     def agreement(
@@ -144,8 +153,12 @@ class D3UCard(ModelCard):
         """Max |difference| of point forecasts and of DDIM samples under the same noise."""
         history = self.test().history
         schedule = self.config.schedule()
-        ref, ref_point = forecast_samples(reference, history, 4, schedule, seed=3)
-        cand, cand_point = forecast_samples(candidate, history, 4, schedule, seed=3)
+        ref, ref_point = forecast_samples(
+            reference, history, 4, schedule, SAMPLING_STEPS, SAMPLING_ETA, seed=3
+        )
+        cand, cand_point = forecast_samples(
+            candidate, history, 4, schedule, SAMPLING_STEPS, SAMPLING_ETA, seed=3
+        )
         return {
             "point_max_abs_error": float(np.abs(ref_point - cand_point).max()),
             "sample_max_abs_error": float(np.abs(ref - cand).max()),

@@ -12,6 +12,7 @@ default is the study's best spectral run (lambda 1e-3). ``edgekit eval spectral-
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,16 @@ GRAPH = "classifier"
 
 @dataclass
 class TrainSummary:
-    """What ``edgekit train spectral-reg`` reports: last-task accuracy, seconds, cache state."""
+    """What ``edgekit train spectral-reg`` reports: last-task accuracies, seconds, cache state.
 
-    heldout_accuracy: float
+    ``last_task_train_accuracy`` is measured on the last task's training digits (what the
+    stream tests: can the network still fit a new task). ``heldout_accuracy`` is the last task's
+    accuracy on digits the run never trained on, for "permuted" streams; ``None`` for
+    "random-labels" streams, whose labels carry nothing a held-out digit could be scored on.
+    """
+
+    last_task_train_accuracy: float
+    heldout_accuracy: float | None
     seconds: float
     cached: bool
     path: Path
@@ -89,8 +97,14 @@ class SpectralRegCard(ModelCard):
         cached = path.is_file()
         if self._result is None:
             self._result = continual_cached(config, progress)
+        heldout = self._result.test_accuracy[-1]
         return TrainSummary(
-            self._result.train_accuracy[-1], self._result.seconds, cached, path, self._result
+            self._result.train_accuracy[-1],
+            None if math.isnan(heldout) else heldout,
+            self._result.seconds,
+            cached,
+            path,
+            self._result,
         )
 
     def model(self) -> ContinualMLP:
