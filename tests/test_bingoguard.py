@@ -288,7 +288,19 @@ def test_card_evaluates_a_judge_with_the_paper_metrics(tiny_judge_dir: Path) -> 
     metrics = card.evaluate_judge(judge, examples)
     expected = {"binary_f1", "binary_auprc", "severity_macro_f1", "severity_unparsed_rate"}
     assert expected <= set(metrics)
-    assert all(0.0 <= v <= 1.0 for v in metrics.values())
+    # the metrics are those of the judge's own answers against the examples' labels
+    texts = [e.text for e in examples]
+    p_unsafe = judge.p_unsafe(texts)
+    unsafe = np.array([e.unsafe for e in examples])
+    assert 0 < unsafe.mean() < 1  # both classes, so a label mix-up changes the numbers
+    assert metrics["binary_auprc"] == pytest.approx(average_precision(unsafe, p_unsafe))
+    assert metrics["binary_f1"] == pytest.approx(binary_metrics(unsafe, p_unsafe)["f1"])
+    parsed = [lv for lv, _ in judge.severity(texts, ["S9"] * len(texts))]
+    assert metrics["severity_unparsed_rate"] == pytest.approx(np.mean([p is None for p in parsed]))
+    graded = np.array([0 if lv is None else lv for lv in parsed])
+    truth = np.array([e.level for e in examples])
+    want = severity_metrics(truth, graded)["severity_macro_f1"]
+    assert metrics["severity_macro_f1"] == pytest.approx(want)
     with pytest.raises(InputError, match="local weights"):
         BingoGuardCard().judge()
 
@@ -338,7 +350,19 @@ def test_training_is_cached_and_heads_fit_deterministically(tmp_path, monkeypatc
     assert not result.cached and result.path and result.path.parent == tmp_path / "bingoguard"
     assert set(result.state_dict) == {f"heads.{k}" for k in ModerationHeads().state_dict()}
     assert result.survivors["total_generated"] == 55 * 4
-    assert 0.0 <= result.validation["binary_f1"] <= 1.0
+    # even this tiny recipe beats the trivial scorers on its validation split: flagging
+    # everything ranks at the unsafe share (AUPRC) and flags every everyday text, and always
+    # answering the most common level gets one level right at best
+    val = generate.build_dataset(config.generator_config()).validation
+    unsafe = np.array([e.unsafe for e in val])
+    levels = np.array([e.level for e in val])
+    flag_all = binary_metrics(unsafe, np.ones(len(val)))
+    majority = severity_metrics(levels, np.full(len(val), np.bincount(levels).argmax()))
+    assert 0 < unsafe.mean() < 1 and flag_all["auprc"] == pytest.approx(unsafe.mean())
+    assert result.validation["binary_auprc"] >= flag_all["auprc"] + 0.15, result.validation
+    assert result.validation["everyday_fpr"] <= 0.2  # flag-everything: 1.0
+    sev = result.validation["severity_macro_f1"]
+    assert sev >= majority["severity_macro_f1"] + 0.2, (sev, majority)
     again = train_mod.train_cached(config, show_progress=False)
     assert again.cached and all(
         torch.equal(again.state_dict[k], v) for k, v in result.state_dict.items()
@@ -429,6 +453,8 @@ def test_fast_export_reports_decision_parity(tmp_path: Path) -> None:
     )  # fmt: skip
     sessions = int8.sessions()
     agreement = card.agreement(reference, sessions)
-    for key in ("decision_flip_rate", "fnr_shift_rate", "calibration_shift_error"):
-        assert 0.0 <= agreement[key] <= 1.0
+    # int8 keeps the decisions within the card's own floors (a broken quantisation would not)
+    assert agreement["decision_flip_rate"] <= card.agreement_floors["decision_flip_rate"]
+    assert agreement["fnr_shift_rate"] <= card.agreement_floors["fnr_shift_rate"]
+    assert 0.0 <= agreement["calibration_shift_error"] < 0.05, agreement
     assert 0.0 < agreement["ece_candidate"] < 1.0

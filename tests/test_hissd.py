@@ -199,6 +199,25 @@ def test_mixed_data_ranks_behaviours_and_expert_rollouts_cover() -> None:
 
 
 # ---- training and export -------------------------------------------------------------------
+class _Nearest:
+    """A policy runner: one-hot logits toward the nearest landmark row (or "stay" everywhere)."""
+
+    def __init__(self, move: bool = True) -> None:
+        self.move = move
+
+    def run(self, feeds):  # noqa: ANN001, ANN201
+        x = np.asarray(feeds["entities"])  # (B, E, 5): flags self/agent/landmark, dx, dy
+        logits = np.zeros((len(x), 5), np.float32)
+        if not self.move:
+            logits[:, 0] = 1.0
+            return {"logits": logits}
+        offsets = np.where(x[:, :, 2:3] > 0.5, x[:, :, 3:], np.inf)
+        target = offsets[np.arange(len(x)), np.linalg.norm(offsets, axis=2).argmin(axis=1)]
+        actions = toward(np.zeros((1, len(x), 2)), target[None])[0]
+        logits[np.arange(len(x)), actions] = 1.0
+        return {"logits": logits}
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hissd-cache")
@@ -246,8 +265,17 @@ def test_exported_policy_with_dynamic_entities_matches_torch(
         np.testing.assert_allclose(onnx.run({"entities": x})["logits"], want, atol=1e-5)
     scores = card.agreement(reference, {"policy": onnx})
     assert scores["action_agreement"] == 1.0 and scores["max_logit_abs_error"] < 1e-4
-    metrics = card.evaluate({"policy": onnx})
-    assert 0.0 <= metrics["coverage"] <= 1.0 and metrics["distance"] > 0
+    # evaluate scores what the runner's actions achieve: a runner heading for each agent's
+    # nearest landmark (from its own entity rows) gets the "nearest" behaviour's coverage and
+    # distance exactly, one that never moves covers almost nothing and stays far away
+    heading = card.evaluate({"policy": _Nearest()})
+    nearest = [rollout("nearest", n, 64, card.config.horizon, 100) for n in (5, 6)]
+    assert card.config.test_agents == (5, 6)
+    assert heading["coverage"] == pytest.approx(np.mean([r["coverage"] for r in nearest]))
+    assert heading["distance"] == pytest.approx(np.mean([r["distance"] for r in nearest]))
+    still = card.evaluate({"policy": _Nearest(move=False)})
+    assert heading["coverage"] > still["coverage"] + 0.3
+    assert still["distance"] > heading["distance"]
     golden = card.golden_inputs()["policy"]["entities"]
     assert golden.shape == (5, 10, 5)
     assert policy_graph(graph.module, golden).io_specs()[0][0].shape == ("batch", "entities", 5)

@@ -352,9 +352,27 @@ def test_training_is_cached_and_onnx_matches_torch(
     }
     ref_logits, ref_cov = score_batch(torch_runners(graphs), batches["test"])
     logits, cov = score_batch(onnx, batches["test"])
-    assert logits.shape == (6, 7)
     np.testing.assert_allclose(logits, ref_logits, atol=1e-4)
     np.testing.assert_allclose(cov, ref_cov, atol=1e-5)
+    # the exported judge's coverage output separates clean answers from planted text defects
+    # (its logits do not: 2 epochs on 12 items teach it no scores, see the full study)
+    clean = [
+        replace(i, answer=i.reference, defects=(), score=6)
+        for i in make_items(12, seed=7, held_out=True)
+    ]
+    rng = np.random.default_rng(1)
+    bad = []
+    for item, defect in zip(
+        clean, ["missing_step", "wrong_final", "text_error", "off_topic"] * 3, strict=True
+    ):
+        answer, applied = degrade(list(item.reference), (defect,), rng)
+        bad.append(replace(item, answer=tuple(answer), defects=applied))
+    worst = [
+        np.array([row[row >= 0].min() for row in score_batch(onnx, _batch(items))[1]])
+        for items in (clean, bad)
+    ]
+    np.testing.assert_allclose(worst[0], 1.0, atol=1e-4)  # every reference step matched
+    assert worst[1].max() < 0.95, worst[1]  # each defect leaves a reference step unmatched
 
 
 def test_card_and_config_reject_bad_options() -> None:

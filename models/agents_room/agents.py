@@ -2,8 +2,9 @@
 
 Planning agents (conflict, character, setting, plot) write the plan; writing agents
 (exposition, rising action, climax, falling action, resolution) write the story's sections,
-each conditioned on the premise, the whole plan and the section before it. An agent is just
-its name, its kind and its token budget: the prompt format lives in ``scratchpad.py``.
+each conditioned on the premise and the whole plan only: ``writing_prompt`` leaves the
+sections already written out of the prompt. An agent is just its name, its kind and its token
+budget: the prompt format lives in ``scratchpad.py``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,9 @@ and the Bradley-Terry reward model baseline, both deployable.
 "judge": input_ids (B, S) int64 + attention_mask (B, S) int64, a judge prompt ``[CLS] question
 [SEP] a : answer [SEP] b : answer [SEP]`` (fields filled to fixed slots) plus the judgment so far (MiniLM WordPiece ids, right
 padding, S <= 48) -> next_logits (B, 30522) float32. The host loop decodes greedily until [SEP]
-and reads the verdict, the last token after ``better :`` (``generate.py``, ``judge_format.py``).
+and reads the verdict from the value quoted after the last ``better :``: "a" or "b" is the
+answer whose value (last word) equals the quote, none when it matches neither or both
+(``generate.py``, ``judge_format.py``).
 "reward": MiniLM tokens of "question answer" (B, S) int64 + mask -> reward (B,) float32; the
 answer with the higher reward wins.
 
@@ -132,10 +134,13 @@ class ConJCard(ModelCard):
             "lowercase": True,
             "judge": {
                 "prompt": "[CLS] question [SEP] a : answer a [SEP] b : answer b [SEP]",
-                "judgment": "rationale . better : value a|b [SEP]; greedy, at most 12 new tokens",
+                "judgment": "rationale . better : value [SEP]; greedy, at most 12 new tokens",
                 "padding": "right, id 0, attention_mask 0",
                 "max_length": 48,
-                "verdict": "the last token (a|b) of a judgment holding 'better :'",
+                "verdict": (
+                    "the answer (a|b) whose value (last word) equals the text after the last "
+                    "'better :'; none if it matches neither or both"
+                ),
             },
             "reward": {
                 "text": "question + ' ' + answer, MiniLM tokenisation with [CLS]/[SEP]",

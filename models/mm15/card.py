@@ -53,10 +53,10 @@ class MM15Card(ModelCard):
     task: ClassVar[str] = "visual-question-answering"
     architecture: ClassVar[str] = "transformer"
     summary: ClassVar[str] = (
-        "tiny MM1.5 recipe: conv image encoder (ViT blocks optional) + C-Abstractor + causal "
-        "char decoder, image splitting (overview + sub-image grid), boxes as text for "
-        "referring / grounding, staged "
-        "data-mixture training (pre-train -> OCR continual pre-train -> SFT)"
+        "tiny MM1.5 recipe: conv-stem image encoder (no transformer blocks by default) + "
+        "C-Abstractor + causal char decoder, image splitting (overview + sub-image grid), "
+        "boxes as text for referring / grounding, staged data-mixture training (pre-train -> "
+        "OCR continual pre-train -> SFT)"
     )
     primary_metric: ClassVar[str | None] = "mean_skill"
     int8_budget: ClassVar[float] = 0.1

@@ -1,8 +1,9 @@
-"""The tiny MM1.5-style VLM: ViT image encoder -> C-Abstractor connector -> causal decoder.
+"""The tiny MM1.5-style VLM: conv-stem image encoder -> C-Abstractor connector -> causal decoder.
 
-- ``TileEncoder`` (ViT with a convolutional stem): each (1, S, S) tile -> 3x3 convs down to
-  a patch grid (dim, S/p, S/p) -> ``enc_depth`` pre-norm transformer blocks with learned
-  positions (0 blocks, a pure conv encoder, learns shapes far faster on a CPU budget).
+- ``TileEncoder`` (a convolutional encoder; a ViT only when ``enc_depth`` > 0): each (1, S, S)
+  tile -> 3x3 convs down to a patch grid (dim, S/p, S/p) -> ``enc_depth`` pre-norm transformer
+  blocks with learned positions. The trained recipe (``MM15Config.enc_depth`` = 0) uses no
+  blocks: a pure conv encoder, which learns shapes far faster on a CPU budget.
 - ``CAbstractor`` (Honeybee's convolutional abstractor, MM1's connector): residual conv blocks,
   average pooling to (pool, pool) tokens, residual conv blocks, projection to the decoder width.
   Encoder and connector are bias-free without normalisation, so a blank region gives a zero
@@ -62,7 +63,8 @@ class Block(nn.Module):
 
 
 class TileEncoder(nn.Module):
-    """ViT (conv stem) over one tile: (B, 1, S, S) -> (B, dim, S/patch, S/patch)."""
+    """Conv stem (+ ``depth`` transformer blocks, none in the trained recipe) over one tile:
+    (B, 1, S, S) -> (B, dim, S/patch, S/patch)."""
 
     def __init__(self, tile: int, patch: int, dim: int, depth: int, heads: int) -> None:
         super().__init__()

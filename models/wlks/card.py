@@ -3,8 +3,10 @@
 One graph, "svm": histograms (B, F) float32, the subgraph's WL colour counts (rounds 0..depth)
 on the global graph then on its induced subgraph, concatenated -> scores (B, C) float32, one
 SVM decision value per class (argmax = class). The kernel rows against the support vectors are
-computed inside the graph. Histograms come from ``WLKSResult.histograms`` (colours unseen
-when the model was fitted count for nothing).
+computed inside the graph. Histograms come from ``WLKSResult.histograms``, which only indexes
+the task's own subgraphs (train/val/test, refined together when fitting): the WL palette that
+maps colours to histogram columns is discarded after fitting, so the bundle cannot score an
+unseen subgraph; a new subgraph means refitting on the task plus that subgraph.
 
 Options: ``task`` (one of tasks.TASKS, default "coreness"), ``seed``, ``count``, ``n``.
 Fitting takes about two seconds, so nothing is cached on disk. ``edgekit eval wlks`` runs the
