@@ -39,8 +39,11 @@ $(BROWSER_STAMP):
 	touch $(BROWSER_STAMP)
 
 ## The test suite (what CI runs).
+## Prints the ten slowest tests and the suite's wall time at the end.
 test: $(STAMP) $(BROWSER_STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	@start=$$(date +%s); $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10; rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc, cache $${EDGEKIT_CACHE:-$$HOME/.cache/edgekit}"; \
+	exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

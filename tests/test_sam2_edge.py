@@ -274,8 +274,8 @@ def test_tensorrt_profiles_cover_the_memory_bank(model: EdgeSAM2) -> None:
 
 
 def test_packaged_weights_are_the_default_recipe() -> None:
-    """The weights shipped in the package are named by the default recipe's cache key, so a
-    changed recipe or model source can never load stale weights."""
+    """The weights shipped in the package are named by the default recipe's cache key (recipe
+    version + config), so a changed config or a bumped RECIPE_VERSION never loads them."""
     from edgekit.models.sam2_edge.card import (
         DEFAULT_RECIPE,
         STAGE4_RECIPE,

@@ -1,7 +1,11 @@
 """The user's cache directory and atomic file writes.
 
 Trained weights of compact model variants live under ``cache_dir(model)``: ``$EDGEKIT_CACHE``
-when set, else ``~/.cache/edgekit``. Every write goes to a temporary file in the destination's
+when set, else ``~/.cache/edgekit``. A cache entry is named by ``recipe_key``: the recipe's name,
+its declared version and its config, never a hash of source files, so editing comments, formatting
+or refactoring code keeps every cached and shipped weight; a change to what training does (data,
+loss, architecture, schedule) bumps the recipe's version. Weights a package ships (its ``weights/``
+folder, same file names as the cache) are found first by ``find_weights``. Every write goes to a temporary file in the destination's
 folder and is renamed into place (``os.replace``), so a reader never sees a half-written file and
 two processes racing to fill the same cache entry both leave a complete one.
 """
@@ -9,11 +13,14 @@ two processes racing to fill the same cache entry both leave a complete one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
+import json
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 CACHE_ENV = "EDGEKIT_CACHE"
 
@@ -29,6 +36,32 @@ def cache_dir(*parts: str) -> Path:
     path = cache_root().joinpath(*parts)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def recipe_key(name: str, version: int, config: Any = None) -> str:
+    """Cache key (16 hex chars) of what a training recipe produces.
+
+    ``name`` names the recipe (e.g. "photo-cnn"), ``version`` is the recipe's declared version (an
+    int the recipe's module bumps when training changes) and ``config`` is a dataclass, a
+    JSON-able mapping, a sequence or a string holding every setting that shapes the result.
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"recipe version must be an int >= 1, got {version!r}")
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = dataclasses.asdict(config)
+    elif isinstance(config, Mapping):
+        config = dict(config)
+    blob = json.dumps({"recipe": name, "version": version, "config": config}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def find_weights(cached: Path, shipped_dir: Path | None) -> list[Path]:
+    """Where to look for the weights file ``cached``: the package's shipped copy (same name in
+    ``shipped_dir``) first when it exists, then the cache path itself."""
+    places = []
+    if shipped_dir is not None and (shipped_dir / cached.name).is_file():
+        places.append(shipped_dir / cached.name)
+    return [*places, cached]
 
 
 @contextlib.contextmanager

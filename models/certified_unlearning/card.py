@@ -10,10 +10,10 @@ then Gaussian noise calibrated to the (q, eps) Renyi budget (certify.py). Second
 
 The noise is drawn from OS entropy (``noise_seed=None``, the default), so it cannot be
 regenerated and subtracted. The released weights (never the noise or the noiseless weights)
-are cached under ``cache_dir("certified-unlearning")``, keyed by the recipe and the source of
-this package and named with a digest of the weights, so every card built from the same recipe on
-this machine (export, verify) serves the same release; a bundle records that name and verifying
-it against another release fails loudly. ``edgekit eval certified-unlearning`` runs the
+are cached under ``cache_dir("certified-unlearning")``, keyed by the config and
+``RECIPE_VERSION`` and named with a digest of the weights, so every card built from the same
+recipe on this machine (export, verify) serves the same release; a bundle records that name and
+verifying it against another release fails loudly. ``edgekit eval certified-unlearning`` runs the
 synthetic study (experiment.py).
 """
 
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.cache import atomic_write_bytes, cache_dir, recipe_key
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.certified_unlearning import certify, data, logistic
 from edgekit.visit import softmax
@@ -71,6 +70,9 @@ class UnlearnResult:
     seconds: float
     cached: bool = False
     path: Path | None = None  # the cached release, when it came from / went to the cache
+
+
+RECIPE_VERSION = 1  # bump when what the release does changes (data, fit, unlearning, noise)
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,8 @@ def release(config: UnlearnConfig) -> UnlearnResult:
 
 
 def release_key(config: UnlearnConfig) -> str:
-    """sha256 over the config and this package's recipe sources (16 hex chars)."""
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-    for module in (certify, data, logistic):
-        digest.update(Path(str(module.__file__)).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "certified-unlearning", ``RECIPE_VERSION`` and the config (16 hex)."""
+    return recipe_key("certified-unlearning", RECIPE_VERSION, config)
 
 
 def _load_release(path: Path) -> UnlearnResult | None:

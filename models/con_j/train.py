@@ -8,13 +8,14 @@
 4. Ablation: the SFT judge fine-tuned on the chosen (positive) judgments only, same steps.
 5. Baseline: Bradley-Terry reward head on MiniLM embeddings of the same pairs.
 
-Each stage is cached by a key over the config fields it depends on and the package sources.
+Each stage is cached by ``recipe_key("con-j", RECIPE_VERSION, ...)`` over the config fields it
+depends on, its kind and the SDLG LM recipe's version; copies shipped in this package's
+``weights/`` folder are used first.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import io
 import json
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from edgekit.cache import find_weights, recipe_key
 from edgekit.errors import InputError
 from edgekit.models.con_j.contrastive import ContrastivePair, build_contrastive
 from edgekit.models.con_j.dpo import fit_dpo
@@ -35,6 +37,7 @@ from edgekit.models.con_j.modules import RewardHead
 from edgekit.models.con_j.prefs import PrefData, build_prefs
 from edgekit.models.con_j.reward_model import better_worse, fit_bradley_terry, pair_embeddings
 from edgekit.models.con_j.sft import fit_sft, judgment_examples, qa_examples
+from edgekit.models.sdlg.lm import RECIPE_VERSION as LM_RECIPE_VERSION
 from edgekit.models.sdlg.lm import LMConfig, TinyCausalLM
 
 Progress = Callable[[float, str], None]
@@ -45,13 +48,8 @@ SFT_FIELDS = ("sft_steps", "sft_batch", "sft_lr", "replay_share")
 CONJ_FIELDS = ("samples", "hint_samples", "temperature", "dpo_steps", "dpo_batch", "dpo_lr")
 CONJ_FIELDS += ("beta", "sft_weight")
 BT_FIELDS = ("bt_hidden", "bt_epochs", "bt_lr")
-_SFT_SOURCES = ("prefs.py", "judge_format.py", "generate.py", "sft.py")
-_SAMPLING = ("modules.py", "fast_decode.py", "contrastive.py", "contrastive_core.py", "dpo.py")
-STAGE_SOURCES = {  # the files whose code shapes each stage's weights (cache key)
-    "sft": _SFT_SOURCES,
-    "conj": (*_SFT_SOURCES, *_SAMPLING),
-    "bt": ("prefs.py", "modules.py", "reward_model.py"),
-}
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
+SHIPPED = Path(__file__).parent / "weights"
 
 
 @dataclass(frozen=True)
@@ -123,7 +121,9 @@ class ConJConfig:
         )
 
     def key(self, kind: str) -> str:
-        """Cache key of stage ``kind`` ("sft" | "conj" | "bt"): its fields and the sources."""
+        """Cache key of stage ``kind`` ("sft" | "conj" | "bt"): ``recipe_key`` over "con-j",
+        ``RECIPE_VERSION``, the stage's config fields, its kind and the SDLG LM's recipe version
+        (the base LM and the corpus come from sdlg)."""
         names = (
             CORPUS_FIELDS
             + {
@@ -133,13 +133,7 @@ class ConJConfig:
             }[kind]
         )
         values = {n: getattr(self, n) for n in names} | {"kind": kind}
-        digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode())
-        folder = Path(__file__).parent
-        for name in STAGE_SOURCES[kind]:
-            digest.update((folder / name).read_bytes())
-        for name in ("lm.py", "corpus.py"):
-            digest.update((folder.parent / "sdlg" / name).read_bytes())
-        return digest.hexdigest()[:16]
+        return recipe_key("con-j", RECIPE_VERSION, values | {"sdlg_lm": LM_RECIPE_VERSION})
 
 
 @dataclass
@@ -173,13 +167,17 @@ def _save(path: Path, states: dict[str, Any], meta: dict[str, Any]) -> None:
 
 
 def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    meta = path.with_suffix(".json")
-    if not path.exists() or not meta.exists():
-        return None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True), json.loads(meta.read_text())
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+    """(states, meta) of ``path``'s copy shipped in ``weights/``, else of ``path``; None if neither."""
+    for found in find_weights(path, SHIPPED):
+        meta = found.with_suffix(".json")
+        if not found.exists() or not meta.exists():
+            continue
+        try:
+            states = torch.load(found, map_location="cpu", weights_only=True)
+            return states, json.loads(meta.read_text())
+        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
+            continue
+    return None
 
 
 def _lm(config: ConJConfig, state: dict[str, Any]) -> TinyCausalLM:
@@ -307,7 +305,10 @@ def train_bt(config: ConJConfig) -> tuple[RewardHead, dict]:
 def train_all(config: ConJConfig | None = None, progress: Progress | None = None) -> Trained:
     """Every stage, each from its cache or trained now (one torch thread by default)."""
     config = config or ConJConfig()
-    cached = all(_path(config, kind, "pt").exists() for kind in ("sft", "conj", "bt"))
+    cached = all(
+        any(p.exists() for p in find_weights(_path(config, kind, "pt"), SHIPPED))
+        for kind in ("sft", "conj", "bt")
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:

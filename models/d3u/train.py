@@ -3,14 +3,13 @@
 ``train_d3u(config)`` fits the point forecaster (MSE), then PatchDN on the point model's
 training residuals (x0 loss); ``train_raw_diffusion(config)`` fits PatchDN on the raw targets
 (zero forecast condition), the "diffusion on raw targets" baseline. Weights are cached keyed by
-the config and the source of the recipe, so a change to either retrains.
+the config and ``RECIPE_VERSION``; weights shipped in the package's ``weights/`` folder are found
+first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -19,12 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgekit.models.d3u import data, diffusion, patchdn
 from edgekit.models.d3u.data import Windows, splits
 from edgekit.models.d3u.diffusion import Schedule, x0_loss
 from edgekit.models.d3u.patchdn import PatchDN, PointForecaster
 
 Progress = Callable[[float, str], None]
+
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,10 @@ class Trained:
 
 
 def _key(config: D3UConfig, kind: str) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config) | {"kind": kind}, sort_keys=True).encode())
-    for module in (data, diffusion, patchdn):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "d3u", ``RECIPE_VERSION``, the config and the run ``kind``."""
+    from edgekit.cache import recipe_key
+
+    return recipe_key("d3u", RECIPE_VERSION, asdict(config) | {"kind": kind})
 
 
 def cache_path(config: D3UConfig, kind: str) -> Path:
@@ -146,6 +145,16 @@ def _save(path: Path, trained: Trained) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _load_first(path: Path, config: D3UConfig, with_point: bool) -> Trained | None:
+    """The shipped copy of ``path`` (package ``weights/``) or the cached one, whichever loads."""
+    from edgekit.cache import find_weights
+
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        if (trained := _load(candidate, config, with_point)) is not None:
+            return trained
+    return None
+
+
 def _load(path: Path, config: D3UConfig, with_point: bool) -> Trained | None:
     if not path.is_file():
         return None
@@ -167,7 +176,7 @@ def train_d3u(config: D3UConfig | None = None, progress: Progress | None = None)
     """Point forecaster + residual PatchDN (cached)."""
     config = config or D3UConfig()
     path = cache_path(config, "d3u")
-    cached = _load(path, config, with_point=True)
+    cached = _load_first(path, config, with_point=True)
     if cached is not None:
         return cached
     started = time.perf_counter()
@@ -187,7 +196,7 @@ def train_raw_diffusion(
     """PatchDN on the raw targets with a zero forecast condition (cached); no point model."""
     config = config or D3UConfig()
     path = cache_path(config, "raw")
-    cached = _load(path, config, with_point=False)
+    cached = _load_first(path, config, with_point=False)
     if cached is not None:
         return cached
     started = time.perf_counter()

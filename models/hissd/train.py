@@ -15,14 +15,14 @@ One step draws ``batch`` team transitions from every training task (agent count)
   against a momentum key encoder and a queue of keys labelled by task.
 
 "bc" trains the encoder + controller by cross-entropy alone; "common" drops the task skill.
+Runs are cached keyed by the config, the mode and ``RECIPE_VERSION``; policies shipped in the
+package's ``weights/`` folder are found first.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,13 +33,15 @@ import torch
 import torch.nn.functional as F
 
 from edgekit.errors import InputError
-from edgekit.models.hissd import attention, data, env, losses, networks
+from edgekit.models.hissd import data, env, networks
 from edgekit.models.hissd.data import Transitions, collect
 from edgekit.models.hissd.env import ACTIONS, FEATURES, STEP
 from edgekit.models.hissd.losses import advantage_weights, contrastive_loss, expectile_loss
 from edgekit.models.hissd.networks import MODES, MixedValue, SkillPolicy
 
 Progress = Callable[[float, str], None]
+
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,10 @@ class Trained:
 
 
 def _key(config: HiSSDConfig, mode: str) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config) | {"mode": mode}, sort_keys=True).encode())
-    for module in (attention, data, env, losses, networks):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "hissd", ``RECIPE_VERSION``, the config and the ``mode``."""
+    from edgekit.cache import recipe_key
+
+    return recipe_key("hissd", RECIPE_VERSION, asdict(config) | {"mode": mode})
 
 
 def cache_path(config: HiSSDConfig, mode: str) -> Path:
@@ -331,11 +332,13 @@ def train_policy(
     sets: dict[int, Transitions] | None = None,
 ) -> Trained:
     """The ``mode`` policy of ``config``, from the cache or trained now (then cached)."""
+    from edgekit.cache import find_weights
+
     config = config or HiSSDConfig()
     path = cache_path(config, mode)
-    cached = _load(path, config, mode)
-    if cached is not None:
-        return cached
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        if (cached := _load(candidate, config, mode)) is not None:
+            return cached
     trained = fit(config, mode, sets, progress)
     trained.path = path
     _save(path, trained)

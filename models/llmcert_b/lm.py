@@ -4,12 +4,12 @@
 corpus (with its shallow role-play share, corpus.py). Sequence format and tokenizer are the
 sdlg LM's: ``[CLS] prompt [SEP] occupation [SEP]``, MiniLM WordPiece ids; the loss is the
 cross-entropy of the answer tokens and EOS (AdamW, seeded, one thread). Weights are cached
-under ``cache_dir("llmcert-b")`` by a key over the config and the sources that shape them.
+under ``cache_dir("llmcert-b")`` by ``recipe_key("llmcert-b-lm", RECIPE_VERSION, ...)`` over the
+config and the sdlg LM's recipe version; a copy shipped in ``weights/`` is used first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import time
@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
 from edgekit.models.sdlg.lm import (
     EOS_ID,
     PAD_ID,
@@ -31,8 +31,10 @@ from edgekit.models.sdlg.lm import (
     prompt_ids,
     token_strings,
 )
+from edgekit.models.sdlg.lm import RECIPE_VERSION as SDLG_LM_VERSION
 
 Progress = Callable[[float, str], None]
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
 
 
 @dataclass(frozen=True)
@@ -57,12 +59,10 @@ class BiasLMConfig:
         return TinyCausalLM(VOCAB_SIZE, self.dim, self.layers, self.heads, self.max_len)
 
     def key(self) -> str:
-        """sha256 over this config and the sources that shape the weights (16 hex)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        here = Path(__file__).parent
-        for path in (here / "lm.py", here / "corpus.py", here.parent / "sdlg" / "lm.py"):
-            digest.update(path.read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex): ``recipe_key`` over "llmcert-b-lm", ``RECIPE_VERSION``, this
+        config and the version of the sdlg LM whose network and tokenizer it trains."""
+        config = asdict(self) | {"sdlg_lm": SDLG_LM_VERSION}
+        return recipe_key("llmcert-b-lm", RECIPE_VERSION, config)
 
 
 def _batch(pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -122,13 +122,15 @@ def train_bias_lm(
 def train_cached(
     config: BiasLMConfig, progress: Progress | None = None
 ) -> tuple[TinyCausalLM, dict]:
-    """The LM of ``config`` from ``cache_dir("llmcert-b")``, trained on a miss."""
+    """The LM of ``config``: the copy shipped in ``weights/``, else the one in
+    ``cache_dir("llmcert-b")``, trained (and cached) on a miss."""
     folder = cache_dir("llmcert-b")
     weights, meta = folder / f"lm-{config.key()}.pt", folder / f"lm-{config.key()}.json"
-    if weights.exists() and meta.exists():
-        model = config.build()
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-        return model.eval(), json.loads(meta.read_text())
+    for found in find_weights(weights, Path(__file__).parent / "weights"):
+        if found.exists() and found.with_suffix(".json").exists():
+            model = config.build()
+            model.load_state_dict(torch.load(found, map_location="cpu", weights_only=True))
+            return model.eval(), json.loads(found.with_suffix(".json").read_text())
     model, log = train_bias_lm(config, progress)
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)

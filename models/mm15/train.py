@@ -3,15 +3,14 @@
 ``train_recipe(config, recipe)`` runs the recipe's stages in order (pre-train ->
 continual pre-train -> SFT), each stage drawing fresh batches from its data mixture and
 continuing from the previous stage's weights. Every stage's weights are cached under
-``cache_dir("mm15")`` keyed by the model config, the stages up to it and the recipe's source,
-so ablations that share a prefix of stages (same pre-training) train it once.
+``cache_dir("mm15")`` keyed by ``recipe_key("mm15", RECIPE_VERSION, ...)`` over the model
+config and the stages up to it, so ablations that share a prefix of stages (same pre-training)
+train it once; a stage's file shipped in ``weights/`` (same name) is loaded before the cache.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import math
 import time
 from collections.abc import Callable
@@ -21,14 +20,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgekit.cache import find_weights, recipe_key
 from edgekit.errors import InputError
-from edgekit.models.mm15 import coords, font, mixture, model, scenes, splitting, tasks, vocab
+from edgekit.models.mm15 import splitting, tasks, vocab
 from edgekit.models.mm15.mixture import DEFAULT_RECIPE, Recipe, Stage, batch_categories
 from edgekit.models.mm15.model import VisionLanguageModel
 from edgekit.models.mm15.splitting import image_tiles
 from edgekit.models.mm15.tasks import Example, draw_examples
 
 Progress = Callable[[float, str], None]
+SHIPPED_WEIGHTS = Path(__file__).parent / "weights"  # stage weights a package ships, same names
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,10 @@ class Trained:
 
 
 def _key(config: MM15Config, stages: tuple[Stage, ...]) -> str:
+    """Cache key (16 hex chars): recipe_key over "mm15", RECIPE_VERSION, the stages (their
+    mixtures, steps and learning rates) and the model config."""
     spec = Recipe(stages).to_dict() | {"config": asdict(config)}
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode())
-    for module in (coords, font, mixture, model, scenes, splitting, tasks, vocab):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    return recipe_key("mm15", RECIPE_VERSION, spec)
 
 
 def stage_path(config: MM15Config, stages: tuple[Stage, ...]) -> Path:
@@ -213,7 +213,12 @@ def train_recipe(
     trained = Trained(net, config, recipe)
     for i, stage in enumerate(recipe.stages):
         path = stage_path(config, recipe.stages[: i + 1])
-        loaded = _load(path, net)
+        loaded = None
+        for place in find_weights(path, SHIPPED_WEIGHTS):
+            loaded = _load(place, net)
+            if loaded is not None:
+                path = place
+                break
         if loaded is None:
             started = time.perf_counter()
             loss = run_stage(net, config, stage, i + 1, progress)

@@ -4,17 +4,15 @@ The MiniLM text encoder stays frozen (its embeddings are computed once and cache
 encoder and the scoring head are trained together with cross-entropy on the 0..6 score plus
 a small expected-score squared error (neighbouring scores are close, not unrelated classes).
 The epoch with the best validation exact agreement is kept. Weights are cached keyed by the
-config and the source of the data, model and recipe, so a change to any retrains.
+config and ``RECIPE_VERSION``; a judge shipped in the package's ``weights/`` folder is found first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from edgekit.errors import InputError
-from edgekit.models.mmie import batch as batch_mod
-from edgekit.models.mmie import data, images, rubrics, scorer
+from edgekit.models.mmie import rubrics
 from edgekit.models.mmie.batch import Batch, encode_items, item_texts
 from edgekit.models.mmie.data import Item, make_items
 from edgekit.models.mmie.embed import EMBEDDERS, embed_texts
@@ -31,6 +28,7 @@ from edgekit.models.mmie.scorer import ImageEncoder, ScorerHead
 
 Progress = Callable[[float, str], None]
 SPLITS = ("train", "val", "test")
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -87,11 +85,10 @@ class Trained:
 
 
 def _key(config: MMIEConfig) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-    for module in (batch_mod, data, images, rubrics, scorer):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "mmie-judge", ``RECIPE_VERSION`` and the config."""
+    from edgekit.cache import recipe_key
+
+    return recipe_key("mmie-judge", RECIPE_VERSION, config)
 
 
 def cache_path(config: MMIEConfig) -> Path:
@@ -242,11 +239,13 @@ def train_judge(
     """The fine-tuned judge of ``config`` from the cache, or trained now and cached.
 
     ``batches`` (from ``config.batches()``) saves re-embedding when the caller has them."""
+    from edgekit.cache import find_weights
+
     config = config or MMIEConfig()
     path = cache_path(config)
-    cached = _load(path)
-    if cached is not None:
-        return cached
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        if (cached := _load(candidate)) is not None:
+            return cached
     if batches is None:
         batches, _ = config.batches(progress)
     trained = fit(config, batches["train"], batches["val"], progress)

@@ -3,15 +3,13 @@
 
 ``train_mtid(config)`` fits the task classifier (cross-entropy on the two frames; shared by every
 ablation of the same data) and the x0-denoiser with the masked proximity loss, conditioned on
-the true task as PDPP / MTID train it. Weights are cached keyed by the config and the source of
-the recipe, so a change to either retrains.
+the true task as PDPP / MTID train it. Weights are cached keyed by the config and
+``RECIPE_VERSION``; weights shipped in the package's ``weights/`` folder are found first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +21,6 @@ import numpy as np
 import torch
 
 from edgekit.errors import InputError
-from edgekit.models.mtid import classifier, denoiser, interpolation, layout, loss, schedule, tasks
 from edgekit.models.mtid.classifier import TaskClassifier
 from edgekit.models.mtid.denoiser import PlanDenoiser
 from edgekit.models.mtid.layout import Layout, encode_plans, one_hot
@@ -32,6 +29,9 @@ from edgekit.models.mtid.schedule import Schedule
 from edgekit.models.mtid.tasks import Plans, World, make_world, sample_plans, task_action_table
 
 Progress = Callable[[float, str], None]
+
+# bump when what training does changes (data, loss, networks, schedule; classifier or planner)
+RECIPE_VERSION = 1
 
 # fields that change the data or the classifier (the classifier cache is keyed by these only)
 DATA_FIELDS = (
@@ -144,15 +144,11 @@ class Trained:
     path: Path | None = None
 
 
-_SOURCES = (classifier, denoiser, interpolation, layout, loss, schedule, tasks)
-
-
 def _key(payload: dict[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode())
-    for module in _SOURCES:
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "mtid", ``RECIPE_VERSION`` and ``payload`` (config fields + kind)."""
+    from edgekit.cache import recipe_key
+
+    return recipe_key("mtid", RECIPE_VERSION, payload)
 
 
 def cache_path(config: MTIDConfig, kind: str) -> Path:
@@ -229,6 +225,16 @@ def _save(path: Path, state: dict[str, Any]) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _load_first(path: Path, module: torch.nn.Module) -> float | None:
+    """``_load`` from the shipped copy of ``path`` (package ``weights/``), else from ``path``."""
+    from edgekit.cache import find_weights
+
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        if (seconds := _load(candidate, module)) is not None:
+            return seconds
+    return None
+
+
 def _load(path: Path, module: torch.nn.Module) -> float | None:
     """Load cached weights into ``module``; their training seconds, or None when absent/bad."""
     if not path.is_file():
@@ -247,7 +253,7 @@ def train_classifier(
     """(classifier, training seconds, loaded from cache) for ``config``'s data."""
     path = cache_path(config, "classifier")
     model = TaskClassifier(config.obs_dim, config.tasks)
-    seconds = _load(path, model)
+    seconds = _load_first(path, model)
     if seconds is not None:
         return model.eval(), seconds, True
     started = time.perf_counter()
@@ -281,7 +287,7 @@ def _train_mtid(config: MTIDConfig, progress: Progress | None) -> Trained:
     clf, clf_seconds, clf_cached = train_classifier(config, progress)
     path = cache_path(config, "planner")
     model = config.denoiser(table)
-    seconds = _load(path, model)
+    seconds = _load_first(path, model)
     if seconds is not None:
         return Trained(clf, model.eval(), table, seconds + clf_seconds, clf_cached, path)
     started = time.perf_counter()

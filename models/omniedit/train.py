@@ -3,26 +3,26 @@
 ``OmniEditConfig.training_pairs()`` builds the curated training set: procedural scenes with a
 request each, the specialists' (noisy) edits, the judge's scores. ``train_editor(config)`` fits
 ``config.arch`` on ``config.curation`` of them with the squared error of the predicted edit,
-drawing every batch from the curation's sampling distribution (importance sampling). Weights are cached keyed by the config and the
-source of the recipe, so a change to either retrains.
+drawing every batch from the curation's sampling distribution (importance sampling). Weights
+are cached keyed by ``recipe_key("omniedit", RECIPE_VERSION, config)``, so a changed config or a
+bumped RECIPE_VERSION retrains; a file of the same name in ``weights/`` is loaded first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from edgekit.cache import find_weights, recipe_key
 from edgekit.errors import InputError
-from edgekit.models.omniedit import blocks, curation, editors, judge, scenes, specialists
+from edgekit.models.omniedit import judge
 from edgekit.models.omniedit.curation import CURATIONS, sampling_probabilities
 from edgekit.models.omniedit.editors import ARCHITECTURES, Editor
 from edgekit.models.omniedit.judge import JudgeScores
@@ -30,6 +30,8 @@ from edgekit.models.omniedit.scenes import INSTRUCTION_DIM, TASKS, EditSet, make
 from edgekit.models.omniedit.specialists import SpecialistPairs, run_specialists
 
 Progress = Callable[[float, str], None]
+SHIPPED_WEIGHTS = Path(__file__).parent / "weights"  # editors a package ships, cache file names
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -118,11 +120,8 @@ class Trained:
 
 
 def _key(config: OmniEditConfig) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-    for module in (blocks, curation, editors, judge, scenes, specialists):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """Cache key (16 hex chars): recipe_key over "omniedit", RECIPE_VERSION and ``config``."""
+    return recipe_key("omniedit", RECIPE_VERSION, config)
 
 
 def cache_path(config: OmniEditConfig) -> Path:
@@ -187,9 +186,10 @@ def train_editor(config: OmniEditConfig | None = None, progress: Progress | None
 
     config = config or OmniEditConfig()
     path = cache_path(config)
-    cached = _load(path, config)
-    if cached is not None:
-        return cached
+    for place in find_weights(path, SHIPPED_WEIGHTS):
+        cached = _load(place, config)
+        if cached is not None:
+            return cached
     started = time.perf_counter()
     pairs, scores = config.training_pairs()
     target = pairs.edits.target if config.curation == "oracle" else pairs.edited

@@ -1,16 +1,15 @@
 """Training recipe for PhotoNet, with the result cached under ``cache_dir("photo-cnn")``.
 
-The cache key hashes the training config and the source of net.py, data.py and this file, so
-any change to the recipe retrains. Weights are written atomically; a concurrent trainer racing
-for the same key leaves one complete file. Training is seeded and single-process; the same
-config on the same machine and thread count gives the same weights.
+The cache key is ``recipe_key("photo-cnn", RECIPE_VERSION, config)``: a changed config or a
+bumped RECIPE_VERSION retrains, editing the source alone does not. Weights shipped in the package
+(``weights/``, same file names) are loaded before the cache. Weights are written atomically; a
+concurrent trainer racing for the same key leaves one complete file. Training is seeded and
+single-process; the same config on the same machine and thread count gives the same weights.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -21,12 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
 from edgekit.errors import InputError
 from edgekit.models.photo_cnn import data, net
 
 Progress = Callable[[float, str], None]
 NetworkFactory = Callable[[], nn.Module]
+SHIPPED_WEIGHTS = Path(__file__).parent / "weights"  # weights a package ships, cache file names
 
 
 class Recipe(Protocol):
@@ -44,6 +44,9 @@ class Recipe(Protocol):
     threads: int
 
     def key(self) -> str: ...
+
+
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -65,12 +68,8 @@ class TrainConfig:
     render_weight: float = 1.0  # weight of the renders' rows in the cross-entropy
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for module in (net, data):
-            digest.update(Path(module.__file__).read_bytes())
-        digest.update(Path(__file__).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex chars): recipe_key over "photo-cnn", RECIPE_VERSION and this config."""
+        return recipe_key("photo-cnn", RECIPE_VERSION, self)
 
 
 @dataclass
@@ -320,20 +319,23 @@ def train_cached(
     *,
     network: NetworkFactory | None = None,
     path: Path | None = None,
+    shipped: Path | None = SHIPPED_WEIGHTS,
 ) -> TrainResult:
     """Cached weights for ``config`` (default recipe), training and caching them if needed.
 
-    Another architecture passes its own ``network`` factory and cache ``path`` (which should
-    contain ``config.key()``); the defaults are PhotoNet under ``weights_path(config)``.
+    Another architecture passes its own ``network`` factory, cache ``path`` (which should
+    contain ``config.key()``) and ``shipped`` folder; the defaults are PhotoNet under
+    ``weights_path(config)``. A file of the same name in ``shipped`` is loaded first.
     """
     config = config or TrainConfig()
     path = path or weights_path(config)  # type: ignore[arg-type]
     if not force:
-        cached = load_cached(config, path)
-        if cached is not None:
-            if progress:
-                progress(1.0, f"loaded cached weights {cached.path}")
-            return cached
+        for place in find_weights(path, shipped):
+            cached = load_cached(config, place)
+            if cached is not None:
+                if progress:
+                    progress(1.0, f"loaded cached weights {cached.path}")
+                return cached
     result = train_model(config, progress, network)
     _save(result, path)
     result.path = path

@@ -2,22 +2,24 @@
 
 Nothing here copies photo-cnn: crops, augmentation, the held-out split and the AdamW/one-cycle
 loop are ``edgekit.models.photo_cnn.data`` and ``.train``; this module only states the ViT's
-hyper-parameters and where its weights are cached (``cache_dir("photo-vit")``). The cache key
-hashes this config and the source of this file, ``net.py`` and photo-cnn's ``data.py`` and
-``train.py``, so any change to the recipe retrains; writes are atomic (photo-cnn's ``_save``).
+hyper-parameters and where its weights are cached (``cache_dir("photo-vit")``). The cache key is
+``recipe_key("photo-vit", RECIPE_VERSION, ...)`` over this config and photo-cnn's RECIPE_VERSION
+(its data and loop), so a changed config or a bumped version of either recipe retrains; weights
+shipped in ``weights/`` (same file names) are loaded first; writes are atomic (photo-cnn's
+``_save``).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from edgekit.cache import cache_dir
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.models.photo_cnn import data
 from edgekit.models.photo_cnn import train as photo_train
 from edgekit.models.photo_vit import net
+
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,10 @@ class ViTTrainConfig:
     render_weight: float = 1.0  # weight of the renders' rows in the cross-entropy
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for module in (net, data, photo_train):
-            digest.update(Path(module.__file__).read_bytes())
-        digest.update(Path(__file__).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex chars): recipe_key over "photo-vit", RECIPE_VERSION, this config
+        and photo-cnn's RECIPE_VERSION (the data and training loop this recipe reuses)."""
+        spec = asdict(self) | {"photo_cnn_recipe": photo_train.RECIPE_VERSION}
+        return recipe_key("photo-vit", RECIPE_VERSION, spec)
 
     def network(self) -> net.PhotoViT:
         """A freshly initialised PhotoViT of this shape (10 classes)."""
@@ -73,8 +73,14 @@ def train_cached(
     progress: photo_train.Progress | None = None,
     force: bool = False,
 ) -> photo_train.TrainResult:
-    """Cached PhotoViT weights for ``config`` (default recipe), training them if needed."""
+    """Cached PhotoViT weights for ``config`` (default recipe), training them if needed; a
+    file of the same name in this package's ``weights/`` folder is loaded first."""
     config = config or ViTTrainConfig()
     return photo_train.train_cached(
-        config, progress, force, network=config.network, path=weights_path(config)
+        config,
+        progress,
+        force,
+        network=config.network,
+        path=weights_path(config),
+        shipped=Path(__file__).parent / "weights",
     )

@@ -2,19 +2,17 @@
 
 Everything is full-batch Adam on a few hundred digits, seeded and single-threaded: a run takes
 about a second. The pretrained MLP and the card's adapted model are cached under
-``cache_dir("randlora")``, keyed by their config and the source of data.py, layers.py,
-lora.py and this file.
+``cache_dir("randlora")``, keyed by their config and ``RECIPE_VERSION``; merged weights shipped in
+the package's ``weights/`` folder are found first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
 from edgekit.errors import InputError
-from edgekit.models.randlora import data, layers, lora
+from edgekit.models.randlora import data
 from edgekit.models.randlora.layers import (
     apply_randlora,
     freeze,
@@ -36,6 +34,8 @@ from edgekit.models.randlora.lora import apply_lora
 Progress = Callable[[float, str], None]
 METHODS = ("randlora", "lora", "full", "none")
 TARGETS = ("all", "first")  # which Linear layers get adapters: every one, or only the input layer
+# bump when what pretraining or adaptation does changes (data, loss, network, schedule)
+RECIPE_VERSION = 1
 
 
 FIRST_LAYER = "net.0"
@@ -93,11 +93,9 @@ def torch_threads(threads: int = 1) -> Iterator[None]:
 
 
 def _key(config: Any) -> str:
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-    for module in (data, layers, lora):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "randlora", ``RECIPE_VERSION`` and ``config`` (a PretrainConfig, or an
+    AdaptConfig, which holds its PretrainConfig)."""
+    return recipe_key("randlora", RECIPE_VERSION, config)
 
 
 @dataclass(frozen=True)
@@ -241,20 +239,21 @@ def train_cached(
     """Adapt (about a second) and merge, or load the cached merged weights of ``config``."""
     config = config or AdaptConfig()
     path = cache_dir("randlora") / f"merged-{config.method}-{_key(config)}.pt"
-    blob = _load_state(path)
-    if blob is not None:
-        if progress:
-            progress(1.0, f"loaded cached weights {path}")
-        meta = blob["meta"]
-        return DeployResult(
-            blob["state_dict"],
-            config,
-            meta["accuracy"],
-            meta["trainable"],
-            meta["seconds"],
-            True,
-            path,
-        )
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        blob = _load_state(candidate)
+        if blob is not None:
+            if progress:
+                progress(1.0, f"loaded cached weights {candidate}")
+            meta = blob["meta"]
+            return DeployResult(
+                blob["state_dict"],
+                config,
+                meta["accuracy"],
+                meta["trainable"],
+                meta["seconds"],
+                True,
+                candidate,
+            )
     if progress:
         progress(0.0, f"adapting the pretrained MLP with {config.method}")
     result = adapt(config)

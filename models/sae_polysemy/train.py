@@ -1,8 +1,9 @@
 """Training recipe for the SAEs, cached under ``cache_dir("sae-polysemy", "sae")``.
 
 One ``SAEConfig`` names everything that determines an SAE's weights: the hook point, the
-variant and its sparsity knob, the size and the optimisation. The cache key hashes the config
-and the source of this file, sae.py, corpus.py and activations.py, so any change retrains.
+variant and its sparsity knob, the size and the optimisation. The cache key is
+``recipe_key("sae-polysemy-sae", RECIPE_VERSION, ...)`` over the config and the activations'
+version; weights shipped in this package's ``weights/`` folder are loaded first.
 
 Recipe (the same for every variant): inputs scaled so that E||x||^2 = d; b_dec initialised at
 the mean of the scaled training activations; tied encoder/decoder at init with unit decoder
@@ -16,9 +17,7 @@ weights.
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import math
 import time
 from collections.abc import Callable
@@ -29,14 +28,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekit.cache import atomic_write_bytes, cache_dir
-from edgekit.models.sae_polysemy import activations, corpus, sae
-from edgekit.models.sae_polysemy.activations import D_MODEL, HookPoint
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.models.sae_polysemy import activations, corpus
+from edgekit.models.sae_polysemy.activations import ACTIVATION_VERSION, D_MODEL, HookPoint
 from edgekit.models.sae_polysemy.sae import SparseAutoencoder, make_sae, reconstruction_metrics
 
 Progress = Callable[[float, str], None]
 RESAMPLE_AT = (0.25, 0.5)
 RESAMPLE_POOL = 4096
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
 
 
 @dataclass(frozen=True)
@@ -91,12 +91,10 @@ class SAEConfig:
         return corpus.CorpusConfig(templated=self.corpus_templated)
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for module in (sae, corpus, activations):
-            digest.update(Path(module.__file__).read_bytes())
-        digest.update(Path(__file__).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex): ``recipe_key`` over "sae-polysemy-sae", ``RECIPE_VERSION``, this
+        config and ``ACTIVATION_VERSION`` (the activations it is trained on)."""
+        config = asdict(self) | {"activations": ACTIVATION_VERSION}
+        return recipe_key("sae-polysemy-sae", RECIPE_VERSION, config)
 
 
 @dataclass
@@ -276,19 +274,21 @@ def _save(result: SAEResult, path: Path) -> None:
 
 
 def load_cached(config: SAEConfig) -> SAEResult | None:
-    """The cached weights of ``config``, or None when absent or unreadable."""
-    path = weights_path(config)
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        meta = blob["meta"]
-        return SAEResult(
-            blob["state_dict"], config, float(meta["seconds"]),
-            {k: float(v) for k, v in meta["metrics"].items()}, cached=True, path=path,
-        )  # fmt: skip
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+    """The weights of ``config`` shipped in ``weights/``, else cached, or None when absent or
+    unreadable."""
+    for path in find_weights(weights_path(config), Path(__file__).parent / "weights"):
+        if not path.is_file():
+            continue
+        try:
+            blob = torch.load(path, map_location="cpu", weights_only=True)
+            meta = blob["meta"]
+            return SAEResult(
+                blob["state_dict"], config, float(meta["seconds"]),
+                {k: float(v) for k, v in meta["metrics"].items()}, cached=True, path=path,
+            )  # fmt: skip
+        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
+            continue
+    return None
 
 
 def train_cached(

@@ -29,8 +29,9 @@ from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 from edgekit.models.sam2_edge.train import TrainConfig, TrainResult, train_cached
 
-# Weights of the default recipe ship with the package (2.7 MB), named by the recipe's cache key:
-# any change to the recipe or the model's source changes the key, and the stale file is ignored.
+# Weights of the default recipe's last two stages ship with the package (2.7 MB each), named by
+# their cache keys (train.RECIPE_VERSION and the config): a changed config or a bumped version
+# changes the key, and the stale file is ignored.
 PACKAGED_WEIGHTS = Path(__file__).parent / "weights"
 
 # The default recipe has five stages, each fine-tuning the one before on fresh clips:

@@ -3,8 +3,10 @@
 Every step tracks a fresh batch of synthetic training clips (``clips.make_clip("train", i)``)
 with the streaming recipe of ``rollout.py``: frame 0 prompted (click, clicks, box or mask),
 later frames from memory. AdamW with a one-cycle schedule, gradient clipping, seeded: the same
-config on the same machine and thread count gives the same weights. The cache key hashes the
-config and the source of every file the weights depend on, so any recipe change retrains.
+config on the same machine and thread count gives the same weights. The cache key is
+``recipe_key("sam2-edge", RECIPE_VERSION, config)`` (the config holds the architecture and every
+earlier stage), so a changed config or a bumped RECIPE_VERSION retrains, editing the source alone
+does not.
 
 A recipe can have stages: ``TrainConfig.init`` names the recipe whose weights a stage starts
 from (trained first, or loaded from the cache), ``clip_offset`` moves the stage onto training
@@ -19,9 +21,7 @@ slower than a 1-thread one (its threads wait on each other whenever one is desch
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,18 +32,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekit.cache import atomic_write_bytes, cache_dir
-from edgekit.models.sam2_edge import (
-    clips,
-    config,
-    decoder,
-    encoder,
-    layers,
-    memory,
-    model,
-    prompts,
-    rollout,
-)
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.models.sam2_edge import clips, rollout
 from edgekit.models.sam2_edge.config import EdgeConfig
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.progress import step_progress
@@ -54,7 +44,7 @@ CACHE_NAME = "sam2-edge"
 PROGRESS_EVERY = 10  # training steps per tick of the progress bar
 CHECKPOINT_EVERY = 20  # training steps between two resumable checkpoints (train_cached)
 MAX_STRIDE = 3  # training windows take every 1st, 2nd or 3rd frame of a long clip
-_SOURCES = (clips, config, decoder, encoder, layers, memory, model, prompts, rollout)
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
 
 @dataclass(frozen=True)
@@ -79,12 +69,9 @@ class TrainConfig:
     split: str = "train"  # clips' split: "train" or "train-wide" (more photos, turned; clips.py)
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the recipe's source files (16 hex chars)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for module in _SOURCES:
-            digest.update(Path(module.__file__).read_bytes())
-        digest.update(Path(__file__).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex chars): recipe_key over "sam2-edge", RECIPE_VERSION and this config,
+        its architecture and ``init`` stages included."""
+        return recipe_key("sam2-edge", RECIPE_VERSION, self)
 
 
 @dataclass
@@ -336,8 +323,7 @@ def train_cached(
     config = config or TrainConfig()
     path = weights_path(config)
     if not force:
-        places = ([shipped / path.name] if shipped is not None else []) + [path]
-        for place in places:
+        for place in find_weights(path, shipped):
             cached = load_cached(config, place)
             if cached is not None:
                 return cached

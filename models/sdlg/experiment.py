@@ -4,17 +4,17 @@ and the calibrated MiniLM equivalence model the card and the study share."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgekit.cache import atomic_write_text, cache_dir
+from edgekit.cache import atomic_write_text, cache_dir, recipe_key
 from edgekit.models.sdlg.sdlg import SDLGConfig
 from edgekit.models.sdlg.semantic import CosineEquivalence
 
 BEAMS = (1, 2, 5)  # completion beam widths tried on the calibration split (5: the paper's)
+THRESHOLD_VERSION = 1  # bump when the threshold calibration changes (pairs, similarity, choice); edits that do not change it keep it
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.sdlg.card import SDLGCard
@@ -22,13 +22,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def cosine_equivalence() -> CosineEquivalence:
     """MiniLM cosine equivalence at the threshold ``study.calibrate_threshold`` picks, cached
-    under ``cache_dir("sdlg")`` by a hash of the corpus and study sources."""
+    under ``cache_dir("sdlg")`` by ``recipe_key("sdlg-threshold", THRESHOLD_VERSION)``."""
     from edgekit.models.sdlg.study import calibrate_threshold
 
-    digest = hashlib.sha256()
-    for name in ("corpus.py", "study.py", "semantic.py"):
-        digest.update(Path(__file__).with_name(name).read_bytes())
-    path = cache_dir("sdlg") / f"threshold-{digest.hexdigest()[:16]}.json"
+    path = cache_dir("sdlg") / f"threshold-{recipe_key('sdlg-threshold', THRESHOLD_VERSION)}.json"
     if path.exists():
         calibration = json.loads(path.read_text())
         semantic = CosineEquivalence(calibration["threshold"])
@@ -69,7 +66,7 @@ def plot_roc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path)
 
 def tuned(lm: Any, semantic: Any, facts: list, lm_key: str, show_progress: bool = True) -> dict:
     """``tuning.tune_sdlg`` on the calibration questions, cached under ``cache_dir("sdlg")``
-    by the LM and the sources involved."""
+    by ``tuning.tuning_key`` (the LM's key, the grid and the tuning recipe's version)."""
     from edgekit.models.sdlg.tuning import tune_sdlg, tuning_key
     from edgekit.progress import step_progress
 

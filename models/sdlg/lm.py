@@ -12,12 +12,12 @@ positions, output projection tied to the token embedding.
 
 Training (``train_lm``) minimises the cross-entropy of the answer tokens and EOS only (the
 question is context), AdamW, seeded, one thread by default; weights are cached under
-``cache_dir("sdlg")`` by a key over the recipe and this package's corpus and model sources.
+``cache_dir("sdlg")`` by ``recipe_key("sdlg-lm", RECIPE_VERSION, config)``; a copy shipped in
+this package's ``weights/`` folder is used first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
 
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103
 EOS_ID = SEP_ID
@@ -127,6 +127,9 @@ class TinyCausalLM(nn.Module):
         return self.hidden(input_ids, attention_mask) @ self.tokens.weight.T  # (B, S, V)
 
 
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
+
+
 @dataclass(frozen=True)
 class LMConfig:
     """Everything that determines the trained LM (corpus included)."""
@@ -147,11 +150,8 @@ class LMConfig:
         return TinyCausalLM(VOCAB_SIZE, self.dim, self.layers, self.heads, self.max_len)
 
     def key(self) -> str:
-        """Cache key: sha256 over this config and the sources that shape the weights (16 hex)."""
-        digest = hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode())
-        for name in ("lm.py", "corpus.py"):
-            digest.update(Path(__file__).with_name(name).read_bytes())
-        return digest.hexdigest()[:16]
+        """Cache key (16 hex): ``recipe_key`` over "sdlg-lm", ``RECIPE_VERSION`` and this config."""
+        return recipe_key("sdlg-lm", RECIPE_VERSION, self)
 
 
 def prompt_ids(question: str) -> list[int]:
@@ -222,14 +222,16 @@ def train_lm(config: LMConfig, progress: Progress | None = None) -> tuple[TinyCa
 def train_cached(
     config: LMConfig | None = None, progress: Progress | None = None
 ) -> tuple[TinyCausalLM, dict]:
-    """The trained LM of ``config`` from ``cache_dir("sdlg")``, training it on a miss."""
+    """The trained LM of ``config``: the copy shipped in ``weights/``, else the one in
+    ``cache_dir("sdlg")``, training (and caching) it on a miss."""
     config = config or LMConfig()
     folder = cache_dir("sdlg")
     weights, meta = folder / f"lm-{config.key()}.pt", folder / f"lm-{config.key()}.json"
-    if weights.exists() and meta.exists():
-        model = config.build()
-        model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-        return model.eval(), json.loads(meta.read_text())
+    for found in find_weights(weights, Path(__file__).parent / "weights"):
+        if found.exists() and found.with_suffix(".json").exists():
+            model = config.build()
+            model.load_state_dict(torch.load(found, map_location="cpu", weights_only=True))
+            return model.eval(), json.loads(found.with_suffix(".json").read_text())
     model, log = train_lm(config, progress)
     buffer = io.BytesIO()
     torch.save(model.state_dict(), buffer)

@@ -19,25 +19,24 @@ ever scored while choosing. On the calibration questions ``tune_sdlg``
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from edgekit.cache import recipe_key
 from edgekit.errors import InputError
 from edgekit.models.sdlg.causal_lm import CausalLM
 from edgekit.models.sdlg.corpus import Fact, is_correct
 from edgekit.models.sdlg.entropy import auroc, sdlg_semantic_entropy
+from edgekit.models.sdlg.experiment import THRESHOLD_VERSION
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig, SDLGResult
 from edgekit.models.sdlg.semantic import EquivalenceModel
 
 CALIBRATION_PARAPHRASE = 1
 EVALUATION_PARAPHRASE = 0
-SOURCES = ("sdlg.py", "decoding.py", "entropy.py", "semantic.py", "corpus.py", "tuning.py")
+RECIPE_VERSION = 1  # bump when what tuning does changes (split, grid search, SDLG, scoring); edits that do not change the result keep it
 
 
 def prefix_entropy(result: SDLGResult, k: int, length: str) -> tuple[float, int]:
@@ -151,13 +150,10 @@ def tune_sdlg(
 
 
 def tuning_key(lm_key: str, base: SDLGConfig, beams: Sequence[int], max_alternatives: int) -> str:
-    """Cache key (16 hex) over the LM, the base config, the grid and the sources involved."""
-    digest = hashlib.sha256(
-        json.dumps([lm_key, asdict(base), list(beams), max_alternatives]).encode()
-    )
-    for name in SOURCES:
-        digest.update(Path(__file__).with_name(name).read_bytes())
-    return digest.hexdigest()[:16]
+    """Cache key (16 hex): ``recipe_key`` over "sdlg-tuning", ``RECIPE_VERSION``, the LM's key,
+    the base config, the grid and the version of the equivalence threshold's calibration."""
+    config = [lm_key, asdict(base), list(beams), max_alternatives, THRESHOLD_VERSION]
+    return recipe_key("sdlg-tuning", RECIPE_VERSION, config)
 
 
 def config_from_tuning(tuning: dict[str, Any]) -> SDLGConfig:

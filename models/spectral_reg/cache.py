@@ -1,21 +1,18 @@
 """Cached continual runs: the final weights and the per-task curves, keyed by the config.
 
-A run is stored under ``cache_dir("spectral-reg")`` with a key hashing the config and the
-source of continual.py, regularizer.py and this file, so any change to the recipe reruns it.
+A run is stored under ``cache_dir("spectral-reg")`` with a key over the config and
+``RECIPE_VERSION``; a run shipped in the package's ``weights/`` folder is found first.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from edgekit.cache import atomic_write_bytes, cache_dir
-from edgekit.models.spectral_reg import continual, regularizer
+from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
 from edgekit.models.spectral_reg.continual import (
     ContinualConfig,
     ContinualMLP,
@@ -24,14 +21,12 @@ from edgekit.models.spectral_reg.continual import (
     run_continual,
 )
 
+RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
+
 
 def run_key(config: ContinualConfig) -> str:
-    """sha256 over the config and the recipe's source files (16 hex chars)."""
-    digest = hashlib.sha256(json.dumps(asdict(config), sort_keys=True).encode())
-    for module in (continual, regularizer):
-        digest.update(Path(module.__file__).read_bytes())
-    digest.update(Path(__file__).read_bytes())
-    return digest.hexdigest()[:16]
+    """``recipe_key`` over "spectral-reg", ``RECIPE_VERSION`` and the config (16 hex chars)."""
+    return recipe_key("spectral-reg", RECIPE_VERSION, config)
 
 
 def run_path(config: ContinualConfig) -> Path:
@@ -67,11 +62,11 @@ def continual_cached(
     """The run of ``config`` (default: spectral), from the cache or run now and cached."""
     config = config or ContinualConfig()
     path = run_path(config)
-    cached = _load(config, path)
-    if cached is not None:
-        if progress:
-            progress(1.0, f"loaded cached run {path}")
-        return cached
+    for candidate in find_weights(path, Path(__file__).parent / "weights"):
+        if (cached := _load(config, candidate)) is not None:
+            if progress:
+                progress(1.0, f"loaded cached run {candidate}")
+            return cached
     result = run_continual(config, progress)
     curves = {
         "train_accuracy": result.train_accuracy,
