@@ -56,9 +56,9 @@ format: $(STAMP)
 ## MiniLM side by side with Hugging Face Optimum (builds Optimum in its own venv).
 MINILM_STRICT := --keep-float '.*layer\.[3-5]/output/dense/MatMul.*'
 bench-optimum: $(STAMP)
-	$(BIN)/edgekit export minilm --to onnx --precision fp32,int8
-	$(BIN)/edgekit export minilm --to openvino --precision int8
-	$(BIN)/edgekit export minilm --to openvino --precision int8 $(MINILM_STRICT) --out bundles/minilm-openvino-int8-strict
+	$(BIN)/edgekit export minilm --format onnx --precision fp32,int8
+	$(BIN)/edgekit export minilm --format openvino --precision int8
+	$(BIN)/edgekit export minilm --format openvino --precision int8 $(MINILM_STRICT) --out bundles/minilm-openvino-int8-strict
 	bash scripts/bench_optimum_peer.sh bundles/minilm-onnx-fp32 bundles/minilm-onnx-int8 \
 		bundles/minilm-openvino-int8 bundles/minilm-openvino-int8-strict
 

@@ -2,8 +2,8 @@
 
 The profile is recorded in every bundle; the daemon reports its own at ``GET /health`` and
 loads every deployed graph on the first runtime of its profile that reads the graph's format and
-is usable here (``pick_runtime``); ``edgekit deploy MODEL --to HOST`` exports the first target
-of the device's profile that this machine can build.
+is usable here (``pick_runtime``); ``edgekit deploy MODEL --target HOST:PORT`` exports the first
+target of the device's profile that this machine can build.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
 # Needs edgekit with its `gpu` extra (onnxruntime-gpu; tensorrt where NVIDIA's wheels can be
 # installed) on a machine with a CUDA GPU. For every bundle given:
 #   1. `edgekit runtimes`: which backends and devices load here;
-#   2. `edgekit verify --runtime onnxruntime --device cuda`: tensor parity against the torch
+#   2. `edgekit verify --runtime onnxruntime@cuda`: tensor parity against the torch
 #      reference, the task metric measured on the GPU, rollout parity for SAM 2 graph sets;
-#   3. where `import tensorrt` works: `edgekit export MODEL --to tensorrt --precision fp16,int8`
+#   3. where `import tensorrt` works: `edgekit export MODEL --format tensorrt --precision fp16,int8`
 #      (verified engines), benched below; where it does not, the one error edgekit gives;
 #   4. `edgekit bench` of the single-graph bundles: onnxruntime@cpu and onnxruntime@cuda rows,
 #      the engines, and each model's eager torch@cuda row, in one table + PNG; then ONNX
@@ -62,8 +62,8 @@ for bundle in "$@"; do
     model="$(manifest "$bundle" model)"
     [[ " ${models[*]} " == *" $model "* ]] || models+=("$model")
     if grep -q '"image_encoder"' "$bundle/bundle.json"; then sam2+=("$bundle"); else others+=("$bundle"); fi
-    step "verify $name on onnxruntime@cuda" "$EDGEKIT" verify "$bundle" --runtime onnxruntime \
-        --device cuda --json "$OUT/verify/$name.json"
+    step "verify $name on onnxruntime@cuda" "$EDGEKIT" verify "$bundle" \
+        --runtime onnxruntime@cuda --out "$OUT/verify/$name.json"
 done
 
 engines=()
@@ -71,13 +71,13 @@ if python3 -c "import tensorrt" 2>/dev/null; then
     for model in "${models[@]}"; do
         for precision in fp16 int8; do
             dir="$OUT/tensorrt/$model-$precision"
-            step "export $model tensorrt-$precision" "$EDGEKIT" export "$model" --to tensorrt \
+            step "export $model tensorrt-$precision" "$EDGEKIT" export "$model" --format tensorrt \
                 --precision "$precision" --out "$dir" && engines+=("$dir")
         done
     done
 else
     step "tensorrt (expected to name the missing package)" "$EDGEKIT" export "${models[0]}" \
-        --to tensorrt --precision fp16 --no-verify --out "$OUT/tensorrt/probe"
+        --format tensorrt --precision fp16 --no-verify --out "$OUT/tensorrt/probe"
 fi
 
 # Single graphs (SAM 2 graph sets are timed as a stream below): CPU and GPU rows in one table,
@@ -91,11 +91,11 @@ if [[ ${#others[@]} -gt 0 ]]; then
     step "bench" "$EDGEKIT" bench "${others[@]}" "${engines[@]}" "${eager[@]}" \
         --runtime onnxruntime@cpu --runtime onnxruntime@cuda --runtime tensorrt \
         --runtime torch@cuda --iterations "$ITERATIONS" --threads "$THREADS" \
-        --json "$OUT/bench.json" --plot "$OUT/bench.png"
+        --out "$OUT/bench.json" --plot "$OUT/bench.png"
 fi
 # ONNX Runtime's TensorRT execution provider on one bundle: a row, or the error naming why not.
 step "onnxruntime@tensorrt probe" "$EDGEKIT" bench "${others[0]:-$1}" --runtime onnxruntime@tensorrt \
-    --iterations "$ITERATIONS" --json "$OUT/bench-ort-trt.json"
+    --iterations "$ITERATIONS" --out "$OUT/bench-ort-trt.json"
 
 if [[ ${#sam2[@]} -gt 0 ]]; then
     sam2_model="$(manifest "${sam2[0]}" model)"

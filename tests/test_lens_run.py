@@ -101,10 +101,10 @@ def test_run_refuses_the_other_pipelines_options() -> None:
 
     from edgekit.cli import app
 
-    result = CliRunner().invoke(app, ["run", "lens", "--out", "x", "--box", "1,1,4,4"])
+    result = CliRunner().invoke(app, ["run", "lens", "--runtime", "x", "--box", "1,1,4,4"])
     assert result.exit_code == 2
-    assert "--out, --box are not options of the lens pipeline" in result.output
-    assert "its options: --log, --k, --variant, --latency-budget, --decision" in result.output
+    assert "--runtime, --box are not options of the lens pipeline" in result.output
+    assert "its options: --out, --k, --variant, --latency-budget, --decision" in result.output
     result = CliRunner().invoke(app, ["run", "sam2-stream", "--k", "3"])
     assert result.exit_code == 2 and "--k is not an option of the sam2-stream" in result.output
     result = CliRunner().invoke(app, ["run", "sam2-stream", "--decision", "fuse"])

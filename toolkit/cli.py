@@ -6,16 +6,16 @@ Exit codes: 0 success; 1 a check failed (verification, self-test, accuracy budge
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
+from edgekit.cli_common import console as _console
+from edgekit.cli_common import handle_errors, renamed, runtime_device
 from edgekit.cli_options import OptionsArg, parse_options
 
 app = typer.Typer(
@@ -26,39 +26,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
 
-
-def _console(stderr: bool = False) -> Any:
-    from edgekit.console import wide_console
-
-    return wide_console(stderr)
-
-
-def handle_errors(fn: F) -> F:
-    """Turn edgekit's typed errors into one red line and the documented exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from edgekit.errors import EdgekitError, ParityError, SelfTestError
-
-        try:
-            return fn(*args, **kwargs)
-        except (ParityError, SelfTestError) as exc:
-            _fail_line("[bold red]FAILED[/]", str(exc))
-            raise typer.Exit(1) from None
-        except EdgekitError as exc:
-            _fail_line("[bold red]error[/]", str(exc))
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _fail_line(label: str, message: str) -> None:
-    """``label: message`` on stderr, never hard-wrapped (a one-line message stays one line)."""
-    from rich.markup import escape
-
-    _console(stderr=True).print(f"{label}: {escape(message)}", highlight=False, soft_wrap=True)
+RuntimeArg = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="RUNTIME\\[@DEVICE] to compute on, e.g. onnxruntime@cuda (default: the bundle "
+        "format's first runtime, on cpu or the runtime's first device)",
+    ),
+]
+OldDeviceArg = Annotated[str | None, typer.Option("--device", hidden=True)]  # now --runtime R@D
 
 
 def _parse_shapes(items: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -134,12 +111,17 @@ def train_cmd(
 @handle_errors
 def export_cmd(
     model: Annotated[str, typer.Argument(help="registered model name, or path/to/file.py:factory")],
-    to: Annotated[
-        str, typer.Option("--to", help="format(s): onnx, openvino, tensorrt, torch (comma list)")
-    ] = "onnx",
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help="export format(s): onnx, openvino, tensorrt, torch (comma list; default onnx)",
+        ),
+    ] = None,
     precision: Annotated[str, typer.Option(help="fp32 | fp16 | int8 (comma list)")] = "fp32",
     out: Annotated[
-        Path | None, typer.Option(help="bundle directory (default bundles/<model>-<target>)")
+        Path | None,
+        typer.Option(help="output: the bundle directory (default bundles/<model>-<target>)"),
     ] = None,
     input_shape: Annotated[
         list[str] | None, typer.Option("--input-shape", help="for module files: name=1x3x224x224")
@@ -180,12 +162,14 @@ def export_cmd(
     ] = True,
     threads: Annotated[int | None, typer.Option(help="threads for verification sessions")] = None,
     option: OptionsArg = None,
+    to: Annotated[str | None, typer.Option("--to", hidden=True)] = None,
 ) -> None:
-    """Export MODEL to one or more targets as verified bundles."""
+    """Export MODEL to one or more targets (format x precision) as verified bundles."""
     from edgekit.build import build_bundle
     from edgekit.exporters import ExportOptions, Target
     from edgekit.sources import card_from_spec
 
+    formats = renamed("export", "--format", fmt, "--to", to) or "onnx"
     card = card_from_spec(model, _parse_shapes(input_shape), **parse_options(option))
     options = ExportOptions(
         opset,
@@ -196,7 +180,7 @@ def export_cmd(
         float_nodes=tuple(keep_float) if keep_float else None,
         extra={"weight_type": int8_weights} if int8_weights else {},
     )
-    targets = [Target.parse(f, p) for f in to.split(",") for p in precision.split(",")]
+    targets = [Target.parse(f, p) for f in formats.split(",") for p in precision.split(",")]
     if out is not None and len(targets) > 1:
         from edgekit.errors import InputError
 
@@ -222,31 +206,27 @@ def export_cmd(
 @handle_errors
 def verify_cmd(
     bundle: Annotated[Path, typer.Argument(help="bundle directory")],
-    runtime: Annotated[
-        str | None, typer.Option(help="runtime (default: the bundle format's first)")
-    ] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(help="device of the runtime (default: cpu, or the runtime's first)"),
-    ] = None,
+    runtime: RuntimeArg = None,
     budget: Annotated[
         float | None, typer.Option(help="accepted relative drop of the task metric")
     ] = None,
-    threads: Annotated[int | None, typer.Option()] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the report here")] = None,
+    threads: Annotated[int | None, typer.Option(help="intra-op threads")] = None,
+    out: Annotated[Path | None, typer.Option(help="output: write the report JSON here")] = None,
+    device: OldDeviceArg = None,
+    json_out: Annotated[Path | None, typer.Option("--json", hidden=True)] = None,
 ) -> None:
     """Verify BUNDLE on this machine against its torch reference; exit 1 on any miss."""
     from edgekit.reports import verify_table
     from edgekit.verify import require_pass, verify_bundle
 
-    report = verify_bundle(
-        str(bundle), runtime=runtime, device=device, threads=threads, budget=budget
-    )
+    name, at = runtime_device("verify", runtime, device)
+    out = renamed("verify", "--out", out, "--json", json_out)
+    report = verify_bundle(str(bundle), runtime=name, device=at, threads=threads, budget=budget)
     _console().print(verify_table(report))
-    if json_out:
+    if out:
         from edgekit.cache import atomic_write_text
 
-        atomic_write_text(json_out, json.dumps(report.to_json(), indent=2, default=float))
+        atomic_write_text(out, json.dumps(report.to_json(), indent=2, default=float))
     require_pass(report)
 
 
@@ -254,18 +234,16 @@ def verify_cmd(
 @handle_errors
 def selftest_cmd(
     bundle: Annotated[Path, typer.Argument(help="bundle directory")],
-    runtime: Annotated[str | None, typer.Option()] = None,
-    device: Annotated[
-        str | None,
-        typer.Option(help="device of the runtime (default: cpu, or the runtime's first)"),
-    ] = None,
+    runtime: RuntimeArg = None,
+    device: OldDeviceArg = None,
 ) -> None:
     """Re-run BUNDLE's golden I/O here; exit 1 if this machine does not reproduce it."""
     from rich.markup import escape
 
     from edgekit.selftest import selftest
 
-    result = selftest(str(bundle), runtime=runtime, device=device)
+    rt, at = runtime_device("selftest", runtime, device)
+    result = selftest(str(bundle), runtime=rt, device=at)
     for graph, outputs in result.graphs.items():
         for name, stats in outputs.items():
             line = f"{graph}/{name}: max|d| {stats['max_abs']:.3g} on {result.runtime}"
@@ -282,7 +260,7 @@ def bench_cmd(
         list[str] | None,
         typer.Option(
             "--runtime",
-            help="RUNTIME[@DEVICE] to run each bundle on, e.g. onnxruntime@cuda (repeat: "
+            help="RUNTIME\\[@DEVICE] to run each bundle on, e.g. onnxruntime@cuda (repeat: "
             "one table; torch@cuda moves a model name's eager row)",
         ),
     ] = None,
@@ -295,10 +273,8 @@ def bench_cmd(
     duration: Annotated[
         float | None, typer.Option(help="time each target for this many seconds instead")
     ] = None,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="write the report JSON here")
-    ] = None,
-    plot: Annotated[Path | None, typer.Option(help="write a latency plot PNG here")] = None,
+    out: Annotated[Path | None, typer.Option(help="output: write the report JSON here")] = None,
+    plot: Annotated[Path | None, typer.Option(help="also write a latency plot PNG here")] = None,
     extra_results: Annotated[
         list[Path] | None,
         typer.Option(
@@ -311,29 +287,33 @@ def bench_cmd(
             "--overhead", help="also time edgekit's Session.run against a bare onnxruntime session"
         ),
     ] = False,
-    device: Annotated[
+    target: Annotated[
         list[str] | None,
         typer.Option(
-            "--device", help="bench on this device's daemon HOST:PORT (repeat; 'local' = here)"
+            "--target", help="bench on this device daemon HOST:PORT (repeat; 'local' = here)"
         ),
     ] = None,
-    token: Annotated[str | None, typer.Option(help="daemon token for --device")] = None,
+    token: Annotated[str | None, typer.Option(help="daemon token for --target")] = None,
     ray: Annotated[
         str | None,
         typer.Option(
             "--ray",
-            help="fan the targets out as Ray tasks: 'local' or a cluster ADDRESS (auto, "
-            "HOST:6379, ray://HOST:10001); --device daemons become targets of Ray tasks",
+            help="fan the targets out as Ray tasks on the Ray cluster ADDRESS: 'local' (start "
+            "one here), auto, HOST:6379, ray://HOST:10001; --target daemons become Ray tasks",
         ),
     ] = None,
+    device: Annotated[list[str] | None, typer.Option("--device", hidden=True)] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", hidden=True)] = None,
 ) -> None:
     """Benchmark bundles and models side by side: p50/p90/p99, load, first run, RSS, size.
-    With --device, the same bundles on several devices' daemons: one cross-device table.
+    With --target, the same bundles on several devices' daemons: one cross-device table.
     With --ray, every target is a Ray task on a cluster (retried if its worker dies)."""
     from edgekit.bench import BenchConfig, bench_many, expand_targets, overhead
     from edgekit.benchplot import plot_report
     from edgekit.benchtable import print_overhead, print_report, rows_summary, write_report
 
+    daemons = renamed("bench", "--target", target, "--device", device)
+    out = renamed("bench", "--out", out, "--json", json_out)
     config = BenchConfig(
         warmup=warmup, iterations=iterations, duration_s=duration, threads=threads, batch=batch
     )
@@ -341,21 +321,21 @@ def bench_cmd(
         from edgekit.cli_ray import bench_on_ray
 
         report = bench_on_ray(
-            items, runtime or [], config, ray, device or [], token, extra_results or [], _console()
+            items, runtime or [], config, ray, daemons or [], token, extra_results or [], _console()
         )
-    elif device:
+    elif daemons:
         from edgekit.daemon.remote_bench import bench_devices, print_devices
 
-        remote = [d for d in device if d != "local"]
-        report = bench_devices(items, remote, runtime or [], config, "local" in device, token)
+        remote = [d for d in daemons if d != "local"]
+        report = bench_devices(items, remote, runtime or [], config, "local" in daemons, token)
         print_report(report, title="edgekit bench across devices")
         print_devices(report, _console())
     else:
         targets = expand_targets(items, runtime or [])
         report = bench_many(targets, config, extra_results=extra_results or [])
         print_report(report)
-    if json_out:
-        _console().print(f"wrote {write_report(report, json_out)}")
+    if out:
+        _console().print(f"wrote {write_report(report, out)}")
     if plot:
         _console().print(f"wrote {plot_report(report, plot)}")
     if check_overhead:
@@ -372,10 +352,15 @@ def demo_cmd(
     threads: Annotated[
         int | None, typer.Option(help="intra-op threads for verification and bench")
     ] = 2,
-    out: Annotated[Path, typer.Option(help="where bench JSON and plots go")] = Path("out/demo"),
-    bundles: Annotated[Path, typer.Option(help="where bundles go")] = Path("bundles"),
+    out: Annotated[
+        Path, typer.Option(help="output: the directory of the bench JSON and plots")
+    ] = Path("out/demo"),
+    bundles: Annotated[
+        Path, typer.Option(help="also: the directory the bundles are exported to")
+    ] = Path("bundles"),
     model: Annotated[
-        list[str] | None, typer.Option("--model", help="limit to these models (repeat)")
+        list[str] | None,
+        typer.Option("--model", help="a registered model NAME to limit the demo to (repeat)"),
     ] = None,
     iterations: Annotated[int, typer.Option(help="timed iterations per bench row")] = 100,
     daemon_seconds: Annotated[
@@ -443,10 +428,10 @@ def unpack_cmd(archive: Path, dest: Path) -> None:
     _console().print(f"unpacked {unpack(archive, dest).path}")
 
 
-# commands kept in their own modules, each with register(app, handle_errors, console):
+# commands kept in their own modules (module-level functions; register(app) adds them):
 # device / daemon commands, Ray, eval, run, the SAM 2 stream commands
 for _module in ("cli_daemon", "cli_ray", "cli_eval", "cli_run", "cli_sam2"):
-    importlib.import_module(f"edgekit.{_module}").register(app, handle_errors, _console)
+    importlib.import_module(f"edgekit.{_module}").register(app)
 
 
 def main() -> None:

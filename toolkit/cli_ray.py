@@ -1,6 +1,7 @@
-"""CLI for Ray: ``edgekit serve BUNDLE --ray`` (registered on the app, with the blocking
-``run_serve`` behind it), and what ``edgekit bench ... --ray ADDRESS`` and ``edgekit eval
-MODEL --ray ADDRESS`` call from cli.py: fan out, then print the table, hosts and Ray summary.
+"""CLI for Ray: ``edgekit serve BUNDLE --ray ADDRESS`` (a module-level command that ``register``
+adds to the app, with the blocking ``run_serve`` behind it), and what ``edgekit bench ... --ray
+ADDRESS`` and ``edgekit eval MODEL --ray ADDRESS`` call from cli.py: fan out, then print the
+table, hosts and Ray summary.
 
 Nothing here imports Ray at module level: without the ``edgekit[ray]`` extra these commands
 answer with one MissingDependencyError line (exit code 2).
@@ -16,86 +17,127 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand
+
+from edgekit.cli_common import console as cli_console
+from edgekit.cli_common import deprecated, handle_errors, renamed
 
 RAY_ADDRESS_HELP = (
-    "Ray cluster: 'local' (start one here) or ADDRESS (auto, HOST:6379, ray://HOST:10001)"
+    "Ray cluster ADDRESS: 'local' (start one here), auto, HOST:6379 or ray://HOST:10001"
 )
 
 
-def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
-    """Add ``serve`` to ``app``."""
+class ServeCommand(TyperCommand):
+    """``edgekit serve``'s parser: the old bare ``--ray`` flag (last, or before another option
+    or a bundle directory) reads as ``--ray ""``, which serve_cmd takes as ``--ray local``."""
 
-    @app.command("serve")
-    @handle_errors
-    def serve_cmd(
-        bundles: Annotated[
-            list[str],
-            typer.Argument(help="bundle directories; NAME=DIR sets the name POST /score takes"),
-        ],
-        ray: Annotated[bool, typer.Option("--ray", help="serve with Ray Serve")] = False,
-        address: Annotated[str, typer.Option(help=RAY_ADDRESS_HELP)] = "local",
-        host: Annotated[
-            str, typer.Option(help="HTTP address the Serve proxies bind")
-        ] = "127.0.0.1",
-        port: Annotated[int, typer.Option(help="HTTP port")] = 8000,
-        runtime: Annotated[str | None, typer.Option(help="runtime (default: the format's)")] = None,
-        threads: Annotated[
-            int | None, typer.Option(help="intra-op threads (default: the replica's CPUs)")
-        ] = None,
-        min_replicas: Annotated[int, typer.Option(help="fewest replicas")] = 1,
-        max_replicas: Annotated[int, typer.Option(help="most replicas (autoscaling)")] = 1,
-        target_ongoing: Annotated[
-            float, typer.Option(help="autoscaling: ongoing requests per replica")
-        ] = 2.0,
-        upscale_delay: Annotated[
-            float | None,
-            typer.Option(help="autoscaling: seconds a load must last to add replicas"),
-        ] = None,
-        cpus_per_replica: Annotated[float, typer.Option(help="CPUs each replica reserves")] = 1.0,
-        batching: Annotated[
-            bool, typer.Option(help="batch requests where the graph allows it")
-        ] = True,
-        max_batch_size: Annotated[int, typer.Option(help="most requests per batch")] = 16,
-        batch_wait_ms: Annotated[float, typer.Option(help="longest wait to fill a batch")] = 2.0,
-        duration: Annotated[
-            float | None, typer.Option(help="stop after this many seconds (default: Ctrl-C)")
-        ] = None,
-        ray_env: Annotated[
-            str | None,
-            typer.Option(help="Ray runtime_env JSON or file (default $EDGEKIT_RAY_RUNTIME_ENV)"),
-        ] = None,
-    ) -> None:
-        """Serve bundles over HTTP on Ray Serve with the daemon's contract (POST /score,
-        GET /health): autoscaling replicas, requests batched where the model allows."""
-        from edgekit.errors import InputError
-        from edgekit.ray_nodes import require_ray
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, bare_ray_flag(args))
 
-        if not ray:
-            raise InputError(
-                "edgekit serve runs on Ray Serve: add --ray (and --address for a cluster); on one "
-                "device, `edgekit daemon --bundle NAME=DIR` serves the same POST /score"
-            )
-        require_ray("edgekit serve --ray", serve=True)
-        from edgekit.ray_serve import BatchPolicy, ReplicaPolicy
 
-        run_serve(
-            parse_bundle_args(bundles),
-            address=address,
-            duration_s=duration,
-            console=console(),
-            runtime_env=ray_env,
-            runtime=runtime,
-            threads=threads,
-            replicas=ReplicaPolicy(
-                min_replicas, max_replicas, target_ongoing, cpus_per_replica, upscale_delay
-            ),
-            batching=BatchPolicy(batching, max_batch_size, batch_wait_ms),
-            host=host,
-            port=port,
+def bare_ray_flag(args: list[str]) -> list[str]:
+    """``args`` with each bare ``--ray`` (no ADDRESS after it) given the empty address."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        out.append(arg)
+        if arg == "--ray":
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            bundle = nxt is not None and (Path(nxt.partition("=")[2] or nxt) / "bundle.json")
+            if nxt is None or nxt.startswith("-") or (bundle and bundle.is_file()):
+                out.append("")
+    return out
+
+
+@handle_errors
+def serve_cmd(
+    bundles: Annotated[
+        list[str],
+        typer.Argument(help="bundle directories; NAME=DIR sets the name POST /score takes"),
+    ],
+    ray: Annotated[str | None, typer.Option("--ray", help=RAY_ADDRESS_HELP)] = None,
+    host: Annotated[str, typer.Option(help="HTTP address the Serve proxies bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port")] = 8000,
+    runtime: Annotated[
+        str | None,
+        typer.Option(
+            help="RUNTIME\\[@cpu] the replicas load the bundles with (default: the format's)"
+        ),
+    ] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="intra-op threads (default: the replica's CPUs)")
+    ] = None,
+    min_replicas: Annotated[int, typer.Option(help="fewest replicas")] = 1,
+    max_replicas: Annotated[int, typer.Option(help="most replicas (autoscaling)")] = 1,
+    target_ongoing: Annotated[
+        float, typer.Option(help="autoscaling: ongoing requests per replica")
+    ] = 2.0,
+    upscale_delay: Annotated[
+        float | None,
+        typer.Option(help="autoscaling: seconds a load must last to add replicas"),
+    ] = None,
+    cpus_per_replica: Annotated[float, typer.Option(help="CPUs each replica reserves")] = 1.0,
+    batching: Annotated[bool, typer.Option(help="batch requests where the graph allows it")] = True,
+    max_batch_size: Annotated[int, typer.Option(help="most requests per batch")] = 16,
+    batch_wait_ms: Annotated[float, typer.Option(help="longest wait to fill a batch")] = 2.0,
+    duration: Annotated[
+        float | None, typer.Option(help="stop after this many seconds (default: Ctrl-C)")
+    ] = None,
+    ray_env: Annotated[
+        str | None,
+        typer.Option(help="Ray runtime_env JSON or file (default $EDGEKIT_RAY_RUNTIME_ENV)"),
+    ] = None,
+    address: Annotated[str | None, typer.Option("--address", hidden=True)] = None,
+) -> None:
+    """Serve bundles over HTTP on Ray Serve with the daemon's contract (POST /score,
+    GET /health): autoscaling replicas, requests batched where the model allows."""
+    from edgekit.errors import InputError
+    from edgekit.ray_nodes import require_ray
+    from edgekit.runtimes import parse_runtime_spec
+
+    bare = ray == ""  # the old flag: --ray [--address ADDRESS]
+    if bare:
+        deprecated("--ray without an ADDRESS", "serve", "--ray local (or --ray ADDRESS)")
+    ray = renamed("serve", "--ray ADDRESS", None if bare else ray, "--address", address)
+    if ray is None and not bare:
+        raise InputError(
+            "edgekit serve runs on Ray Serve: add --ray local (or --ray ADDRESS for a cluster); "
+            "on one device, `edgekit daemon --bundle NAME=DIR` serves the same POST /score"
         )
+    ray = ray or "local"
+    name, device = parse_runtime_spec(runtime) if runtime else (None, None)
+    if device not in (None, "cpu"):
+        raise InputError(
+            f"serve's replicas compute on cpu; --runtime takes RUNTIME[@cpu], not {runtime}"
+        )
+    require_ray("edgekit serve --ray", serve=True)
+    from edgekit.ray_serve import BatchPolicy, ReplicaPolicy
+
+    run_serve(
+        parse_bundle_args(bundles),
+        address=ray,
+        duration_s=duration,
+        console=cli_console(),
+        runtime_env=ray_env,
+        runtime=name,
+        threads=threads,
+        replicas=ReplicaPolicy(
+            min_replicas, max_replicas, target_ongoing, cpus_per_replica, upscale_delay
+        ),
+        batching=BatchPolicy(batching, max_batch_size, batch_wait_ms),
+        host=host,
+        port=port,
+    )
 
 
-# ---- serve --ray ------------------------------------------------------------------------------
+def register(app: typer.Typer, *_: Any) -> None:
+    """Add ``serve`` to ``app`` (further arguments, the error handler and console older callers
+    pass, are not needed: the command imports its own)."""
+    app.command("serve", cls=ServeCommand)(serve_cmd)
+
+
+# ---- serve --ray ADDRESS -------------------------------------------------------------------------
 def parse_bundle_args(items: Sequence[str]) -> dict[str, str]:
     """``NAME=DIR`` or ``DIR`` (named after its model) -> {name: dir}; InputError on clashes."""
     import json
@@ -126,7 +168,7 @@ def run_serve(
     runtime_env: str | Mapping[str, Any] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
-    """``edgekit serve BUNDLE --ray``: connect (``local`` starts Ray here), serve, print the
+    """``edgekit serve BUNDLE --ray ADDRESS``: connect (``local`` starts Ray here), serve, print the
     URL, block until Ctrl-C or ``duration_s``, then delete the app. Options as serve_bundles."""
     from edgekit.ray_nodes import ray_cluster
     from edgekit.ray_serve import serve_bundles, stop_serving
@@ -188,7 +230,7 @@ def bench_on_ray(
     console: Any = None,
 ) -> dict[str, Any]:
     """``edgekit bench ... --ray ADDRESS``: fan out, print the table, hosts and Ray summary;
-    returns the report (cli.py writes --json / --plot and sets the exit code as usual)."""
+    returns the report (cli.py writes --out / --plot and sets the exit code as usual)."""
     from edgekit.benchtable import print_report
     from edgekit.daemon.remote_bench import print_devices
     from edgekit.ray_fanout import bench_ray
@@ -221,7 +263,8 @@ def eval_on_ray(
 ) -> int:
     """``edgekit eval MODEL|lens --ray ADDRESS``: fan out, print, write JSON; returns the number
     of failed cells (cli.py exits 1 when it is not 0). ``lens_models`` / ``variant``: as ``eval
-    lens --model`` / ``--variant`` / ``--calib-per-class``."""
+    lens --classifier`` / ``--variant`` / ``--calib-per-class``; ``json_out``: the grid report
+    (``--out``) of a model's grid."""
     from edgekit.benchtable import write_report
     from edgekit.console import wide_console
     from edgekit.ray_fanout import eval_lens_ray, eval_ray

@@ -1,4 +1,5 @@
-"""CLI for SAM 2 streaming: ``edgekit bench-stream`` (registered on the app) and the paired
+"""CLI for SAM 2 streaming: ``edgekit bench-stream`` (a module-level function; ``register`` adds
+it to the app) and the paired
 comparison that ``edgekit eval NAME --against KEY=VALUE`` prints."""
 
 from __future__ import annotations
@@ -8,48 +9,52 @@ from typing import Annotated, Any
 
 import typer
 
+from edgekit.cli_common import console, handle_errors
 
-def register(app: typer.Typer, handle_errors: Any, console: Any) -> None:
-    """Add ``bench-stream`` to ``app``."""
 
-    @app.command("bench-stream")
-    @handle_errors
-    def bench_stream_cmd(
-        bundles: Annotated[
-            list[Path] | None, typer.Argument(help="SAM 2 bundle directories (graph sets)")
-        ] = None,
-        runtime: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--runtime",
-                help="RUNTIME[@DEVICE] per bundle, e.g. onnxruntime@cuda (repeat; default: all "
-                "here on cpu); torch@DEVICE places the --torch rows",
-            ),
-        ] = None,
-        frames: Annotated[int, typer.Option(help="frames streamed per row")] = 1000,
-        threads: Annotated[int, typer.Option(help="intra-op threads")] = 2,
-        torch_model: Annotated[
-            str | None, typer.Option("--torch", help="also stream this card's torch graphs")
-        ] = None,
-        out: Annotated[
-            Path, typer.Option(help="where stream-bench.json and stream-bench.png go")
-        ] = Path("out/bench-stream"),
-    ) -> None:
-        """Stream a long clip through SAM 2 bundles per runtime: per-frame p50/p90, FPS, early
-        vs late frame cost and RSS (a flat line means a bounded memory bank)."""
-        from edgekit.benchtable import write_report
-        from edgekit.errors import InputError
-        from edgekit.sam2_bench import bench_streams, plot_stream_report, print_stream_report
+@handle_errors
+def bench_stream_cmd(
+    bundles: Annotated[
+        list[Path] | None, typer.Argument(help="SAM 2 bundle directories (graph sets)")
+    ] = None,
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            help="RUNTIME\\[@DEVICE] per bundle, e.g. onnxruntime@cuda (repeat; default: all "
+            "here on cpu); torch@DEVICE places the --torch rows",
+        ),
+    ] = None,
+    frames: Annotated[int, typer.Option(help="frames streamed per row")] = 1000,
+    threads: Annotated[int, typer.Option(help="intra-op threads")] = 2,
+    torch_model: Annotated[
+        str | None, typer.Option("--torch", help="also stream this card's torch graphs")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="output: the directory of stream-bench.json and stream-bench.png")
+    ] = Path("out/bench-stream"),
+) -> None:
+    """Stream a long clip through SAM 2 bundles per runtime: per-frame p50/p90, FPS, early
+    vs late frame cost and RSS (a flat line means a bounded memory bank)."""
+    from edgekit.benchtable import write_report
+    from edgekit.errors import InputError
+    from edgekit.sam2_bench import bench_streams, plot_stream_report, print_stream_report
 
-        if not bundles and not torch_model:
-            raise InputError("give SAM 2 bundle directories and/or --torch MODEL")
-        report = bench_streams(bundles or [], runtime or [], frames, threads, torch_model)
-        print_stream_report(report, console())
-        json_path = write_report(report, out / "stream-bench.json")
-        png = plot_stream_report(report, out / "stream-bench.png")
-        console().print(f"report: {json_path}, plot: {png}")
-        if any("error" in r for r in report["results"]):
-            raise typer.Exit(1)
+    if not bundles and not torch_model:
+        raise InputError("give SAM 2 bundle directories and/or --torch MODEL")
+    report = bench_streams(bundles or [], runtime or [], frames, threads, torch_model)
+    print_stream_report(report, console())
+    json_path = write_report(report, out / "stream-bench.json")
+    png = plot_stream_report(report, out / "stream-bench.png")
+    console().print(f"report: {json_path}, plot: {png}")
+    if any("error" in r for r in report["results"]):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer, *_: Any) -> None:
+    """Add ``bench-stream`` to ``app`` (further arguments, the error handler and console older
+    callers pass, are not needed: the command imports its own)."""
+    app.command("bench-stream")(bench_stream_cmd)
 
 
 def paired_table(

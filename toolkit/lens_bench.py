@@ -69,7 +69,7 @@ BENCH_TARGETS: tuple[tuple[str, ...], ...] = (
     ("photo-vit", "onnx-fp32", "sensor-rendered"),
 )
 
-LENS_TARGETS = ("onnx-fp32", "onnx-int8")  # the bundles --model benches for each classifier
+LENS_TARGETS = ("onnx-fp32", "onnx-int8")  # the bundles --classifier benches per classifier
 
 
 def lens_targets(specs: list[str] | tuple[str, ...]) -> tuple[tuple[str, ...], ...]:

@@ -78,7 +78,7 @@ def eval_cell(
     model: str, shipped: ShippedBundle | None, runtime: str | None, threads: int | None
 ) -> dict[str, Any]:
     """``card.evaluate`` of registered ``model`` on the torch reference (``shipped`` None) or
-    on the bundle on ``runtime``: one row {model, target, runtime, status, error, metrics}."""
+    on the bundle on ``runtime`` (RUNTIME[@DEVICE]): one row {model, target, runtime, status, error, metrics}."""
     from edgekit.registry import get_card
 
     started = time.perf_counter()
@@ -92,10 +92,12 @@ def eval_cell(
             runners = reference_runners(card)
         else:
             from edgekit.bundle import Bundle
+            from edgekit.runtimes import parse_runtime_spec
 
             bundle = Bundle.load(local_bundle(shipped))
             row.update(target=bundle.target, runtime=runtime or bundle.default_runtime())
-            runners = bundle.sessions(runtime=row["runtime"], threads=threads)
+            name, device = parse_runtime_spec(row["runtime"])  # RUNTIME[@DEVICE]
+            runners = bundle.sessions(runtime=name, device=device, threads=threads)
         metrics = card.evaluate(runners)
         row.update(status="ok", error=None, metrics={k: float(v) for k, v in metrics.items()})
     except EdgekitError as exc:  # a deterministic refusal: report it, retrying cannot help

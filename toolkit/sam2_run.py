@@ -186,12 +186,14 @@ def run_sam2_stream(
     """
     from edgekit import maskrender, segmetrics
     from edgekit.daemon.sam2_pipeline import object_summary
+    from edgekit.runtimes import parse_runtime_spec
     from edgekit.sam2_stream import SAM2Stream
 
     if frames < 1:
         raise InputError(f"frames must be >= 1, got {frames}")
     bundle = sam2_bundle(bundle_or_model)
-    graphs = bundle_graph_set(bundle, runtime=runtime)
+    name, device = parse_runtime_spec(runtime) if runtime else (None, None)  # RUNTIME[@DEVICE]
+    graphs = bundle_graph_set(bundle, runtime=name, device=device)
     stream = SAM2Stream(graphs, bundle_stream_config(bundle))
     src = _clip_source(source, frames) if source.startswith("clip:") else None
     src = src or _camera_source(source, prompt)

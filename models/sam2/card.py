@@ -16,7 +16,7 @@ held-out set that export's verify tracks (20 clips of 24 frames: minutes per run
 hours at 1024 on a CPU).
 
     edgekit export sam2 --option checkpoint=~/ckpt/sam2.1_hiera_tiny.pt --option image_size=512 \\
-        --to onnx,openvino
+        --format onnx,openvino
 """
 
 from __future__ import annotations
