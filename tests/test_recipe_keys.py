@@ -92,3 +92,31 @@ def test_no_cache_key_hashes_source_files() -> None:
         for site in _source_hashing_sites(path)
     ]
     assert not sites, f"cache keys must use recipe_key(name, RECIPE_VERSION, config): {sites}"
+
+
+def _shipped_recipes() -> dict[str, list[Path]]:
+    """Package weights folder -> the cache paths of the recipes it must hold (default ones)."""
+    from edgekit.models.bingoguard import train as bingoguard
+    from edgekit.models.photo_cnn import train as photo_cnn
+    from edgekit.models.photo_vit import recipe as photo_vit
+    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, STAGE4_RECIPE
+    from edgekit.models.sam2_edge.train import weights_path as sam2_edge_path
+
+    return {
+        "photo_cnn": [photo_cnn.weights_path(photo_cnn.TrainConfig())],
+        "photo_vit": [photo_vit.weights_path(photo_vit.ViTTrainConfig())],
+        "bingoguard": [bingoguard.weights_path(bingoguard.TrainConfig())],
+        "sam2_edge": [sam2_edge_path(DEFAULT_RECIPE), sam2_edge_path(STAGE4_RECIPE)],
+    }
+
+
+def test_shipped_weights_are_exactly_the_current_default_recipes() -> None:
+    """A bumped RECIPE_VERSION or a changed default config orphans a shipped file: this fails
+    then (retrain with ``edgekit train MODEL`` and ship the new file) instead of every fresh
+    machine silently retraining during its first run."""
+    expected = _shipped_recipes()
+    folders = {p.parent.parent.name for p in (ROOT / "models").glob("*/weights/*.pt")}
+    assert folders == set(expected), "a model ships weights this test does not know about"
+    for model, paths in expected.items():
+        shipped = {p.name for p in (ROOT / "models" / model / "weights").glob("*.pt")}
+        assert shipped == {p.name for p in paths}, f"{model}: shipped {shipped}"
