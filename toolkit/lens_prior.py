@@ -35,7 +35,7 @@ import numpy as np
 from edgekit.errors import InputError
 
 PRIOR_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)  # "log" form; fixed before any test run
-OFFSET_WEIGHTS = (0.5, 1.0, 2.0)  # "offset" form (session 19, fixed before its tight run)
+OFFSET_WEIGHTS = (0.5, 1.0, 2.0)  # "offset" form; fixed before its 5-seed runs
 FORMS = ("log", "offset")
 CANDIDATES = tuple(("log", w) for w in PRIOR_WEIGHTS) + tuple(("offset", w) for w in OFFSET_WEIGHTS)
 SCHEMA = "edgekit.lens-prior/1"
@@ -248,9 +248,9 @@ class SettingPrior:
 
     @classmethod
     def load_json(cls, raw: Any, source: str = "Lens prior") -> SettingPrior:
-        """A prior from its ``to_json`` form, validated (InputError naming ``source``). Files
-        of session 18 and before (no "form": [weight, accuracy] cross-fit pairs) read as the
-        "log" form."""
+        """A prior from its ``to_json`` form, validated (InputError naming ``source``). A file
+        without a "form" field is read as the "log" form, and its [weight, accuracy] cross-fit
+        pairs as log-form candidates."""
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
             raise InputError(f"{source} is not a Lens prior (expected schema '{SCHEMA}')")
         acc = np.asarray(raw.get("accuracy", []), dtype=np.float64)
@@ -277,7 +277,7 @@ class SettingPrior:
         try:
             cross_fit = {}
             for entry in raw.get("cross_fit", []):
-                if len(entry) == 2:  # session 18 and before: [weight, accuracy] of the log form
+                if len(entry) == 2:  # [weight, accuracy] with no form: a log-form candidate
                     entry = ["log", *entry]
                 name, w, accuracy = entry
                 cross_fit[(str(name), float(w))] = float(accuracy)

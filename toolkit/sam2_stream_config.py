@@ -46,8 +46,8 @@ class StreamConfig:
       become background in the output masks. 0: off.
     - ``memory_stride``: SAM 2's ``memory_temporal_stride_for_eval`` (1): the previous frame
       always takes temporal slot 1; slot i >= 2 takes the frame ((t - 2) // r) * r - (i - 2) * r,
-      so the recent memory reaches back about (num_maskmem - 2) * r frames (an occlusion no
-      longer fills it). The bank keeps the frames of that window, still bounded. Not combined
+      so the recent memory reaches back about (num_maskmem - 2) * r frames (a short occlusion
+      does not fill it). The bank keeps the frames of that window, still bounded. Not combined
       with memory selection (which places frames by rank).
     - ``refine_radius`` / ``refine_eps``: image-guided refinement of the output masks (0: off).
       Each visible object's logits, upsampled to the encoder's input, become probabilities
@@ -77,7 +77,7 @@ class StreamConfig:
     remove_sprinkle_area: int = 0
     memory_stride: int = 1
     refine_radius: int = 0
-    refine_eps: float = 1e-4  # sam2-edge's choice (calibration clips, session 22)
+    refine_eps: float = 1e-4  # sam2-edge's choice (chosen on its calibration clips)
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
