@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH)
 	$(BIN)/python -m pip install --quiet setuptools wheel
-	$(BIN)/python -m pip install --quiet -e '.[dev,ray,video]'
+	$(BIN)/python -m pip install --quiet -e '.[export,dev,ray,video]'
 	# test-only: Meta's SAM 2 code for the parity tests; no deps and no build isolation, since
 	# its torch/torchvision requirements would pull a CUDA torch (it builds against ours)
 	SAM2_BUILD_CUDA=0 $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation sam2==1.1.0

@@ -22,8 +22,11 @@ def free_port() -> int:
 class DaemonProcess:
     """``edgekit daemon`` as a subprocess; ``url``, ``address``, ``token``, ``client()``."""
 
-    def __init__(self, state_dir: Path, *args: str, port: int | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *args: str, port: int | None = None, python: str | None = None
+    ) -> None:
         self.state_dir = Path(state_dir)
+        self.python = python or sys.executable  # another venv's python: e.g. the lean install
         self.port = port or free_port()
         self.args = args
         self.address = f"127.0.0.1:{self.port}"
@@ -32,7 +35,7 @@ class DaemonProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120.0) -> DaemonProcess:
-        cmd = [sys.executable, "-m", "edgekit.cli", "daemon", "--state-dir", str(self.state_dir)]
+        cmd = [self.python, "-m", "edgekit.cli", "daemon", "--state-dir", str(self.state_dir)]
         cmd += ["--port", str(self.port), *self.args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
         with open(self.log, "ab") as log:  # the child keeps its own copy of the descriptor

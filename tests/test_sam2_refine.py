@@ -135,3 +135,22 @@ def test_refinement_follows_the_frame_size_and_hidden_objects_stay_empty():
 def test_bad_refinement_values_are_refused(bad):
     with pytest.raises(InputError, match=next(iter(bad))):
         StreamConfig(image_size=S, **bad)
+
+
+@pytest.mark.parametrize(
+    ("shape", "radius", "dtype"),
+    [((13, 40, 33), 12, np.float32), ((5, 7), 3, np.float64), ((4, 4), 6, np.float32)],
+)
+def test_box_mean_is_scipys_uniform_filter_with_nearest_edges(shape, radius, dtype) -> None:
+    """The numpy box mean (what a lean install without scipy runs) equals scipy's filter,
+    windows wider than the image included."""
+    from scipy.ndimage import uniform_filter
+
+    from edgekit.sam2_arrays import box_mean
+
+    x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
+    k = 2 * radius + 1
+    ref = uniform_filter(x, size=(1,) * (x.ndim - 2) + (k, k), mode="nearest")
+    got = box_mean(x, radius)
+    assert got.dtype == x.dtype and got.shape == x.shape
+    np.testing.assert_allclose(got, ref, atol=1e-6 if dtype == np.float32 else 1e-12)

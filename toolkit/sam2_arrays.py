@@ -7,6 +7,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from edgekit.errors import InputError
+
 
 def non_overlapping_logits(logits: np.ndarray) -> np.ndarray:
     """SAM 2's non-overlap constraint: logits (K, h, w) of K objects -> (K, h, w) where on
@@ -22,9 +24,16 @@ def fill_holes(logits: np.ndarray, hole_area: int, sprinkle_area: int = 0) -> np
     components (8-connected, as SAM 2's connected-components kernel) of at most ``hole_area``
     pixels become 0.1 (foreground, as ``fill_holes_in_mask_scores``), then foreground
     components of at most ``sprinkle_area`` pixels become -0.1 (background). 0: skip."""
-    from scipy.ndimage import label
-
     out = np.array(logits, np.float32, copy=True)
+    if hole_area <= 0 and sprinkle_area <= 0:
+        return out
+    try:
+        from scipy.ndimage import label
+    except ModuleNotFoundError:
+        raise InputError(
+            "fill_hole_area / remove_sprinkle_area need scipy: pip install 'edgekit[sim]'"
+        ) from None
+
     eight = np.ones((3, 3), bool)
     for value, max_area in ((0.1, hole_area), (-0.1, sprinkle_area)):
         if max_area <= 0:
@@ -95,11 +104,21 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = Fals
 def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
     """Mean of the last two axes of ``x`` over (2r+1) x (2r+1) windows, edge pixels repeated
     beyond the border (the window never shrinks); float32 unless ``x`` is float64, same shape."""
-    from scipy.ndimage import uniform_filter
-
     x = _float(x)
+    if radius <= 0:
+        return x.copy()
     k = 2 * radius + 1
-    return uniform_filter(x, size=(1,) * (x.ndim - 2) + (k, k), mode="nearest")
+    pad = [(0, 0)] * (x.ndim - 2) + [(radius, radius), (radius, radius)]
+    total = np.pad(x.astype(np.float64), pad, mode="edge")
+    for axis in (-2, -1):  # running sums in float64: window sum = S[i + k] - S[i]
+        total = np.cumsum(total, axis=axis)
+        zero = np.zeros_like(np.take(total, [0], axis=axis))
+        total = np.concatenate([zero, total], axis=axis)
+        n = total.shape[axis] - k
+        total = np.take(total, np.arange(k, k + n), axis=axis) - np.take(
+            total, np.arange(0, n), axis=axis
+        )
+    return (total / (k * k)).astype(x.dtype)
 
 
 def _float(x: np.ndarray) -> np.ndarray:

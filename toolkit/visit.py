@@ -88,15 +88,21 @@ def input_spec(runner: Any) -> tuple[str, tuple[int, int] | None]:
 def default_preprocess(images: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     """Captures (N, H, W, 3) uint8 RGB -> (N, 3, h, w) float32 in [0, 1], resized to ``size``.
 
-    Resizing (only when sizes differ) is bilinear and anti-aliased (scikit-image).
+    Resizing (only when sizes differ) is bilinear and anti-aliased: scikit-image's where it is
+    installed, else torch's antialiased bilinear in numpy (the lean device install).
     """
     x = np.asarray(images)
     if x.ndim != 4 or x.shape[-1] != 3:
         raise InputError(f"captures must be (N, H, W, 3) RGB, got shape {x.shape}")
     x = x.astype(np.float32) / 255.0 if x.dtype == np.uint8 else x.astype(np.float32)
     if x.shape[1:3] != tuple(size):
-        from skimage.transform import resize
+        try:
+            from skimage.transform import resize
+        except ModuleNotFoundError:  # the lean device install: torch's antialiased bilinear
+            from edgekit.sam2_arrays import resize_bilinear
 
+            chw = resize_bilinear(x.transpose(0, 3, 1, 2), tuple(size), antialias=True)
+            return np.ascontiguousarray(chw, np.float32)
         x = np.stack([resize(img, (*size, 3), order=1, anti_aliasing=True) for img in x]).astype(
             np.float32
         )
