@@ -23,8 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgekit.bundle.policy import DISABLE_OPTIMIZERS_KEY  # the key bundles may carry
 from edgekit.errors import ExportError, InputError
-from edgekit.manifest_policy import DISABLE_OPTIMIZERS_KEY  # the key bundles may carry
 
 if TYPE_CHECKING:  # pragma: no cover
     import onnx

@@ -158,11 +158,11 @@ VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 
 def reduce_range_default(flags: list[str] | None = None, machine: str | None = None) -> bool:
     """Whether int8 weights should use 7 bits on this machine (``reduce_range``): True on an
-    x86 CPU whose feature ``flags`` (envinfo.cpu_flags(); read when None) show no VNNI / AMX
+    x86 CPU whose feature ``flags`` (bench.environment.cpu_flags(); read when None) show no VNNI / AMX
     instruction; False elsewhere, and where the flags cannot be read."""
     import platform
 
-    from edgekit.envinfo import cpu_flags
+    from edgekit.bench.environment import cpu_flags
 
     machine = (machine or platform.machine()).lower()
     if machine not in ("x86_64", "amd64", "x86", "i686"):

@@ -67,6 +67,17 @@ def runtime_spec(name: str, device: str | None = None) -> str:
     return f"{name}@{device}" if device else name
 
 
+def runtime_formats(name: str) -> tuple[str, ...]:
+    """Formats runtime ``name`` loads, or () when it is unavailable here."""
+    from edgekit.errors import EdgekitError
+
+    try:
+        runtime = get_runtime(name)
+        return runtime.formats if runtime.devices() else ()
+    except (EdgekitError, ImportError):
+        return ()
+
+
 def available_runtimes() -> dict[str, str | None]:
     """name -> None when usable here, or the reason it is not (the missing package)."""
     status: dict[str, str | None] = {}

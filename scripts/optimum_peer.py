@@ -113,8 +113,8 @@ class BareOrtSession:
 
 def time_one(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure one target in this (fresh) process and return its bench row."""
-    from edgekit.bench import BenchConfig, bench_session
-    from edgekit.envinfo import peak_rss_mb
+    from edgekit.bench.engine import BenchConfig, bench_session
+    from edgekit.bench.environment import peak_rss_mb
 
     config = BenchConfig.from_json(spec["config"])
     feeds = tokenize(Path(spec["model_dir"]), spec["seq_len"])
@@ -128,7 +128,7 @@ def time_one(spec: dict[str, Any]) -> dict[str, Any]:
         row = {"model": PEER_MODEL, "label": PEER_LABEL, "target": spec["target"]}
         row.update(runtime="onnxruntime", graph="model", source="optimum", peer=spec["peer"])
     else:
-        from edgekit.bundle import Bundle
+        from edgekit.bundle.format import Bundle
         from edgekit.runtimes import get_runtime
 
         bundle = Bundle.load(spec["path"])
@@ -175,10 +175,10 @@ def _failed(spec: dict[str, Any], error: str) -> dict[str, Any]:
 
 
 def bench(args: argparse.Namespace) -> None:
-    from edgekit.bench import SCHEMA, BenchConfig
-    from edgekit.benchplot import plot_report
-    from edgekit.benchtable import print_report, write_report
-    from edgekit.envinfo import environment
+    from edgekit.bench.engine import SCHEMA, BenchConfig
+    from edgekit.bench.environment import environment
+    from edgekit.bench.plots import plot_report
+    from edgekit.bench.tables import print_report, write_report
 
     out = Path(args.out)
     meta = json.loads((out / "export.json").read_text())

@@ -41,7 +41,7 @@ def make_tiny_bundle(dest: Path, work: Path) -> Path:
     """A valid one-graph ONNX bundle with golden I/O computed by ONNX Runtime."""
     import onnxruntime as ort
 
-    from edgekit.bundle import BundleWriter, GraphEntry
+    from edgekit.bundle.format import BundleWriter, GraphEntry
     from edgekit.tensorspec import TensorSpec
 
     work.mkdir(parents=True, exist_ok=True)

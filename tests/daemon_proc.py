@@ -35,7 +35,7 @@ class DaemonProcess:
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 120.0) -> DaemonProcess:
-        cmd = [self.python, "-m", "edgekit.cli", "daemon", "--state-dir", str(self.state_dir)]
+        cmd = [self.python, "-m", "edgekit.cli.app", "daemon", "--state-dir", str(self.state_dir)]
         cmd += ["--port", str(self.port), *self.args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
         with open(self.log, "ab") as log:  # the child keeps its own copy of the descriptor

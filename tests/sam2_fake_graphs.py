@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from edgekit import sam2_graphs as G
+from edgekit.segmentation import graphs as G
 
 S, C, CM, H = 64, 8, 2, 4  # fake model: input 64, width 8, memory width 2, 4x4 embedding
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.archive import MAX_MEMBERS, pack, unpack
-from edgekit.bundle import MANIFEST
+from edgekit.bundle.archive import MAX_MEMBERS, pack, unpack
+from edgekit.bundle.format import MANIFEST
 from edgekit.errors import BundleError
 
 
@@ -121,7 +121,10 @@ def test_member_count_is_capped(tiny_bundle: Path, tmp_path: Path) -> None:
 # ---- (f) the CLI: one clear line, non-zero exit, no traceback ------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "edgekit.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "edgekit.cli.app", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

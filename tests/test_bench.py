@@ -19,7 +19,7 @@ pytest.importorskip(
 
 from conftest import make_tiny_bundle  # noqa: E402
 
-from edgekit.bench import (  # noqa: E402
+from edgekit.bench.engine import (  # noqa: E402
     BenchConfig,
     BenchTarget,
     batch_feeds,
@@ -30,9 +30,9 @@ from edgekit.bench import (  # noqa: E402
     expand_targets,
     overhead,
 )
-from edgekit.benchplot import plot_report  # noqa: E402
-from edgekit.benchtable import load_report, print_report, write_report  # noqa: E402
-from edgekit.envinfo import environment  # noqa: E402
+from edgekit.bench.environment import environment  # noqa: E402
+from edgekit.bench.plots import plot_report  # noqa: E402
+from edgekit.bench.tables import load_report, print_report, write_report  # noqa: E402
 from edgekit.errors import InputError  # noqa: E402
 from edgekit.tensorspec import TensorSpec  # noqa: E402
 
@@ -91,7 +91,7 @@ def test_batch_and_duration_in_process(mlp_bundle: Path) -> None:
     _check_row(row, batch=5, iterations=10)
     assert row["runtime"] == "onnxruntime"  # the format's default runtime
 
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.format import Bundle
 
     bundle = Bundle.load(mlp_bundle)
     session = bundle.session(runtime="onnxruntime", threads=1)
@@ -257,9 +257,9 @@ def test_torch_eager_row_of_a_registered_card(monkeypatch: pytest.MonkeyPatch) -
 def test_reference_runners_read_every_spec_before_a_shared_model_moves(monkeypatch) -> None:
     import torch
 
+    from edgekit.build.verify import reference_runners
     from edgekit.card import GraphSpec, ModelCard
     from edgekit.runtimes.torch import TorchRuntime
-    from edgekit.verify import reference_runners
 
     shared = torch.nn.Linear(4, 4)  # two graphs over one model, as SAM 2's graph set
 

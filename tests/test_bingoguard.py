@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.decision_parity import (
+from edgekit.build.decision_parity import (
     class_flip_rate,
     decision_flip_rate,
     decision_parity,
@@ -424,9 +424,9 @@ def _tiny_card():
 
 
 def test_fast_export_reports_decision_parity(tmp_path: Path) -> None:
-    from edgekit.build import build_bundle
+    from edgekit.build.pipeline import build_bundle
+    from edgekit.build.verify import reference_runners
     from edgekit.exporters import ExportOptions, Target
-    from edgekit.verify import reference_runners
 
     card = _tiny_card()
     reference = reference_runners(card)

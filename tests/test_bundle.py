@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.archive import pack, unpack
-from edgekit.bundle import MANIFEST, Bundle
+from edgekit.bundle.archive import pack, unpack
+from edgekit.bundle.format import MANIFEST, Bundle
+from edgekit.bundle.selftest import selftest
 from edgekit.errors import BundleError, InputError, SelfTestError
-from edgekit.selftest import selftest
 
 
 def _manifest(path: Path) -> dict:
@@ -114,7 +114,7 @@ def test_selftest_fails_when_golden_outputs_do_not_reproduce(tiny_bundle: Path) 
     arrays |= {f"reference/{k}": v for k, v in reference.items()}
     np.savez(tiny_bundle / "golden" / "main.npz", **arrays)
     # re-sign so only the self-test (not the checksum) can catch it
-    from edgekit.bundle import sha256_file
+    from edgekit.bundle.format import sha256_file
 
     m = _manifest(tiny_bundle)
     m["files"]["golden/main.npz"] = sha256_file(tiny_bundle / "golden" / "main.npz")
@@ -124,7 +124,7 @@ def test_selftest_fails_when_golden_outputs_do_not_reproduce(tiny_bundle: Path) 
 
 
 def test_writer_leaves_nothing_on_failure(tmp_path: Path) -> None:
-    from edgekit.bundle import BundleWriter
+    from edgekit.bundle.format import BundleWriter
 
     dest = tmp_path / "b"
     with pytest.raises(RuntimeError), BundleWriter(dest) as writer:

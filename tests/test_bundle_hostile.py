@@ -14,11 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit import bundle_guard
-from edgekit.bundle import MANIFEST, Bundle, BundleWriter, GraphEntry, sha256_file
+from edgekit.bundle import guard as bundle_guard
+from edgekit.bundle.format import MANIFEST, Bundle, BundleWriter, GraphEntry, sha256_file
+from edgekit.bundle.policy import DISABLE_OPTIMIZERS_KEY
+from edgekit.bundle.selftest import selftest
 from edgekit.errors import BundleError, InputError
-from edgekit.manifest_policy import DISABLE_OPTIMIZERS_KEY
-from edgekit.selftest import selftest
 from edgekit.tensorspec import TensorSpec
 
 FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -298,7 +298,7 @@ def test_malformed_manifest_types_are_bundle_errors(tiny_bundle: Path, edit, mat
 
 
 def test_stream_config_of_the_wrong_type_is_a_bundle_error(tiny_bundle: Path) -> None:
-    from edgekit.sam2_run import bundle_stream_config
+    from edgekit.segmentation.run import bundle_stream_config
 
     bundle = Bundle.load(tiny_bundle)
     bundle.graphs["image_encoder"] = bundle.graph("main")  # the encoder's input fixes the size

@@ -22,12 +22,12 @@ from conftest import make_tiny_bundle
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from edgekit.archive import unpack
-from edgekit.bundle import MANIFEST, Bundle
-from edgekit.cli import info_cmd
+from edgekit.bundle.archive import unpack
+from edgekit.bundle.format import MANIFEST, Bundle
+from edgekit.bundle.policy import parse_manifest
+from edgekit.bundle.selftest import selftest
+from edgekit.cli.app import info_cmd
 from edgekit.errors import EdgekitError
-from edgekit.manifest_policy import parse_manifest
-from edgekit.selftest import selftest
 
 SETTINGS = settings(  # the same examples every run (CI must not flake), no database folder
     max_examples=60,

@@ -15,7 +15,7 @@ from edgekit.devices.camera import CaptureSettings, SettingsTimeout, SettleToler
 from edgekit.devices.settle import DelayedControls, settle_time_s, wait_for_settings
 from edgekit.devices.sim_camera import SimCamera
 from edgekit.errors import InputError
-from edgekit.lens import lens_time_budget
+from edgekit.lens.controller import lens_time_budget
 
 LATENCY = 3  # frames a control change takes to reach the fakes' frames
 

@@ -1,5 +1,5 @@
 """End-to-end through the real CLI in a subprocess: export, verify, selftest, bench, errors;
-the one option vocabulary (and its deprecated old spellings); a cheap ``import edgekit.cli``."""
+the one option vocabulary (and its deprecated old spellings); a cheap ``import edgekit.cli.app``."""
 
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def test_tensorrt_without_gpu_is_one_clear_error(tmp_path: Path) -> None:
 
 def _resign(bundle: Path) -> None:
     """Recompute bundle.json checksums, as an attacker or a buggy tool that edits files would."""
-    from edgekit.bundle import sha256_file
+    from edgekit.bundle.format import sha256_file
 
     manifest = json.loads((bundle / "bundle.json").read_text())
     manifest["files"] = {rel: sha256_file(bundle / rel) for rel in manifest["files"]}
@@ -280,7 +280,7 @@ def test_old_spellings_still_work_and_print_one_line(user_bundle: Path, tmp_path
 
 
 def test_serve_reads_a_bare_ray_flag_as_no_address(user_bundle: Path) -> None:
-    from edgekit.cli_ray import bare_ray_flag
+    from edgekit.cli.cluster import bare_ray_flag
 
     assert bare_ray_flag(["--ray", str(user_bundle)]) == ["--ray", "", str(user_bundle)]
     named = f"tiny={user_bundle}"
@@ -313,7 +313,7 @@ def cli_options() -> dict[str, dict[str, object]]:
     """command -> {option name: its click parameter}, hidden ones included."""
     import typer
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
 
     group = typer.main.get_command(app)
     return {
@@ -350,20 +350,20 @@ def test_commands_are_module_level_functions() -> None:
     """Every command is importable from its module (no closures inside register())."""
     import importlib
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
 
     for info in app.registered_commands:
         fn = info.callback
         assert fn is not None and "<locals>" not in fn.__qualname__, info.name
         assert getattr(importlib.import_module(fn.__module__), fn.__name__) is fn, info.name
-    from edgekit.cli_daemon import deploy_cmd, rollback_cmd  # noqa: F401
-    from edgekit.cli_eval import eval_cmd  # noqa: F401
-    from edgekit.cli_ray import serve_cmd  # noqa: F401
+    from edgekit.cli.cluster import serve_cmd  # noqa: F401
+    from edgekit.cli.daemon import deploy_cmd, rollback_cmd  # noqa: F401
+    from edgekit.cli.eval import eval_cmd  # noqa: F401
 
 
 def test_importing_the_cli_loads_no_heavy_package() -> None:
     heavy = ("torch", "onnxruntime", "openvino", "ray", "uvicorn", "onnx", "transformers", "numpy")
-    code = f"import sys, edgekit.cli; print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    code = f"import sys, edgekit.cli.app; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "[]", res.stdout

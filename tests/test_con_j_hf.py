@@ -238,7 +238,7 @@ def test_balanced_pairs_split_positions_evenly() -> None:
 def test_cli_eval_con_j_with_a_local_judge(tiny_dir: Path) -> None:
     from typer.testing import CliRunner
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
     from edgekit.models.con_j.card import ConJCard
 
     result = CliRunner().invoke(app, ["eval", "con-j", "--judge", str(tiny_dir)])

@@ -21,7 +21,7 @@ from edgekit.daemon.metrics import parse_prometheus
 
 @pytest.fixture(scope="module")
 def bundles() -> dict[str, Path]:
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     built = bench_bundles((("photo-cnn", "onnx-fp32"), ("photo-cnn", "onnx-int8")))
     return {"fp32": built["photo-cnn onnx-fp32"].path, "int8": built["photo-cnn onnx-int8"].path}
@@ -176,7 +176,7 @@ def test_slow_client_does_not_block_and_partial_upload_is_dropped(daemon, bundle
 def test_remote_bench_returns_the_local_schema(daemon):
     with daemon.client() as client:
         report = client.bench("photo-cnn", config={"iterations": 20, "warmup": 2})
-    assert report["schema"] == "edgekit.bench/1" and report["pipelines_paused"]
+    assert report["schema"] == "edgekit.bench.engine/1" and report["pipelines_paused"]
     (row,) = report["results"]
     assert row["status"] == "ok" and row["latency_ms"]["p50"] > 0 and row["iterations"] == 20
     assert report["environment"]["cpu"]["cores"]["logical"] >= 1
@@ -185,7 +185,7 @@ def test_remote_bench_returns_the_local_schema(daemon):
 def test_cross_device_bench_cli(daemon, bundles, tmp_path):
     from typer.testing import CliRunner
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
 
     out = tmp_path / "x.json"
     result = CliRunner().invoke(
@@ -204,7 +204,7 @@ def test_cross_device_bench_cli(daemon, bundles, tmp_path):
 
 
 def test_score_text_bundle(daemon):
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     minilm = bench_bundles((("minilm", "onnx-int8"),))["minilm onnx-int8"]
     with daemon.client() as client:
@@ -222,7 +222,7 @@ def test_score_text_bundle(daemon):
 
 
 def test_score_moderation_bundle(daemon):
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     guard = bench_bundles((("bingoguard", "onnx-int8"),))["bingoguard onnx-int8"]
     texts = ["The capital of France is Paris.", "word " * 400]
@@ -238,7 +238,7 @@ def test_score_moderation_bundle(daemon):
 def test_deploy_model_name_uses_the_device_profile(daemon):
     from typer.testing import CliRunner
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
 
     result = CliRunner().invoke(
         app, ["deploy", "photo-cnn", "--to", daemon.address, "--name", "cnn-auto",
@@ -257,8 +257,8 @@ def test_lens_prior_reaches_the_daemons_lens_pipeline(tmp_path, bundles):
 
     from edgekit.daemon.serve import serve
     from edgekit.errors import InputError
-    from edgekit.lens import paper_grid
-    from edgekit.lens_prior import SettingPrior
+    from edgekit.lens.controller import paper_grid
+    from edgekit.lens.prior import SettingPrior
 
     settings = [s.describe() for s in paper_grid()]
     prior = SettingPrior(np.linspace(0.1, 0.9, 27), 1.0, settings, variant="top1-flip")

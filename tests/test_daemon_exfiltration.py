@@ -19,7 +19,7 @@ from daemon_proc import DaemonProcess
 from test_bundle_hostile import FOLDER_KEY, _manifest, _relocate, _write_manifest
 from test_bundle_hostile import make_external_bundle as _external_bundle
 
-from edgekit.archive import pack
+from edgekit.bundle.archive import pack
 
 PASSWD = Path("/etc/passwd")
 

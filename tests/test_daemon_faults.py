@@ -15,7 +15,7 @@ from edgekit.daemon.metrics import parse_prometheus
 
 @pytest.fixture(scope="module")
 def cnn_bundle():
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     return bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path
 
@@ -97,7 +97,7 @@ def test_soak_10000_frames_flat_rss(tmp_path, cnn_bundle):
 
 
 def test_oversized_archive_is_refused(tmp_path, cnn_bundle):
-    from edgekit.archive import pack
+    from edgekit.bundle.archive import pack
 
     proc = DaemonProcess(
         tmp_path / "state", "--pipeline", "", "--max-upload-mb", "0.01"

@@ -20,7 +20,7 @@ from edgekit.errors import InputError
 
 
 def test_pruning_never_blocks_reads(tmp_path, tiny_bundle, monkeypatch):
-    from edgekit.archive import pack
+    from edgekit.bundle.archive import pack
     from edgekit.daemon import store as store_module
 
     store = BundleStore(tmp_path / "bundles")
@@ -187,7 +187,7 @@ def test_health_without_the_token_has_no_paths_or_tracebacks(tmp_path):
 def test_tls_options_and_the_exposure_warning(tmp_path):
     from typer.testing import CliRunner
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
     from edgekit.daemon.serve import check_tls, exposure_warning
 
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"

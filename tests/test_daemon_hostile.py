@@ -135,7 +135,7 @@ def test_hostile_bench_bodies(daemon):
         r = httpx.post(f"{daemon.url}/bench", content=raw, headers=_auth(daemon), timeout=30)
         assert r.status_code == 400 and words in r.json()["detail"], (body, r.text)
     # what DaemonClient.bench sends (BenchConfig.to_json: every field) still runs
-    from edgekit.bench import BenchConfig
+    from edgekit.bench.engine import BenchConfig
 
     with daemon.client() as client:
         report = client.bench("tiny", config=BenchConfig(iterations=5, warmup=1).to_json())

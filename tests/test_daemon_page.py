@@ -22,7 +22,7 @@ def test_page_renders_frame_and_results(tmp_path):
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     cnn = bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path
     proc = DaemonProcess(

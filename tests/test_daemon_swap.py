@@ -15,27 +15,27 @@ import pytest
 from conftest import make_tiny_bundle
 from daemon_proc import DaemonProcess
 
-from edgekit import sam2_graphs as G
-from edgekit.bundle import Bundle
+from edgekit.bundle.format import Bundle
 from edgekit.daemon.client import DaemonError
 from edgekit.daemon.metrics import DaemonMetrics, parse_prometheus
 from edgekit.daemon.pipelines import BundleMisfitError, parse_pipelines
 from edgekit.daemon.rollback import AutoRollback
 from edgekit.daemon.store import BundleStore
+from edgekit.segmentation import graphs as G
 
 ROLLBACK_AFTER_S = 4.0
 
 
 @pytest.fixture(scope="module")
 def cnn_bundle() -> Path:
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     return bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path
 
 
 @pytest.fixture(scope="module")
 def text_bundle() -> Path:
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     return bench_bundles((("minilm", "onnx-int8"),))["minilm onnx-int8"].path
 
@@ -49,7 +49,7 @@ def size_bound_classifier(dest: Path, like: Path, work: Path, golden_size: int =
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from edgekit.bundle import BundleWriter, GraphEntry
+    from edgekit.bundle.format import BundleWriter, GraphEntry
     from edgekit.tensorspec import TensorSpec
 
     manifest = json.loads((like / "bundle.json").read_text())
@@ -149,7 +149,7 @@ def test_a_batch_one_classifier_fits_classify_but_not_lens(tmp_path, cnn_bundle)
 
 
 def test_the_sam2_edge_bundle_fits_only_the_sam2_stream():
-    from edgekit.sam2_run import sam2_bundle
+    from edgekit.segmentation.run import sam2_bundle
 
     bundle = sam2_bundle("sam2-edge")  # exported once into the edgekit cache (test_sam2_apps)
     pipes = _pipes("classify,lens,sam2-stream")
@@ -216,7 +216,7 @@ def test_sam2_stream_checks_the_graph_set_contract(tmp_path, edit, expected):
 # ---- the rollback watch, in-process --------------------------------------------------------
 @pytest.fixture
 def tiny_archive(tmp_path: Path) -> Path:
-    from edgekit.archive import pack
+    from edgekit.bundle.archive import pack
 
     return pack(make_tiny_bundle(tmp_path / "b", tmp_path / "w"), tmp_path / "tiny.tar")
 

@@ -8,8 +8,8 @@ from edgekit.console import wide_console
 
 
 def test_demo_daemon_loop(tmp_path):
-    from edgekit.demo_daemon import run_daemon_loop
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.cli.demo_daemon import run_daemon_loop
+    from edgekit.lens.bench import bench_bundles
 
     cnn = str(bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path)
     summary = run_daemon_loop(

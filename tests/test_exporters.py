@@ -153,7 +153,7 @@ def test_int8_weights_use_7_bits_on_x86_without_vnni(cnn):
     """reduce_range defaults to "auto": 7-bit weights for static int8 on x86 CPUs without an
     int8 dot-product instruction (where u8 x s8 kernels saturate int16 sums), 8-bit elsewhere;
     the bundle's details record the choice and where it came from; a bad value is refused."""
-    from edgekit.envinfo import cpu_flags
+    from edgekit.bench.environment import cpu_flags
     from edgekit.exporters.onnx_int8 import reduce_range_default
 
     assert reduce_range_default(["sse4_2", "avx2", "fma"], "x86_64")

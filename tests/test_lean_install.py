@@ -77,8 +77,8 @@ def test_build_side_commands_name_the_extra_in_one_line(lean: Path, command: lis
 @pytest.fixture(scope="module")
 def bundles() -> dict[str, Path]:
     """Bundles exported by the full install (this venv), cached like the other daemon tests."""
-    from edgekit.lens_bench import bench_bundles
-    from edgekit.sam2_run import sam2_bundle
+    from edgekit.lens.bench import bench_bundles
+    from edgekit.segmentation.run import sam2_bundle
 
     built = bench_bundles((("photo-cnn", "onnx-int8"), ("bingoguard", "onnx-int8")))
     return {
@@ -154,7 +154,7 @@ def test_visit_resizes_without_scikit_image_close_to_it(monkeypatch) -> None:
     photo (a camera frame of 480 x 480 down to 64 x 64)."""
     from skimage import data
 
-    from edgekit.visit import default_preprocess
+    from edgekit.lens.visit import default_preprocess
 
     frames = data.astronaut()[None, :480, :480]  # (1, 480, 480, 3) uint8, a real photo
     with_skimage = default_preprocess(frames, (64, 64))

@@ -9,7 +9,7 @@ import pytest
 
 from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, ControlRange
 from edgekit.errors import InputError
-from edgekit.lens import (
+from edgekit.lens.controller import (
     DEFAULT_STRATEGY,
     STRATEGIES,
     LensController,
@@ -18,13 +18,13 @@ from edgekit.lens import (
     grid_neighbours,
     paper_grid,
 )
-from edgekit.visit import fused_prediction, visit_from_logits, visit_scores
+from edgekit.lens.visit import fused_prediction, visit_from_logits, visit_scores
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory):
     """A photo-cnn onnx-fp32 bundle built once for this module, and its session."""
-    from edgekit.lens_bench import bench_bundles
+    from edgekit.lens.bench import bench_bundles
 
     root = tmp_path_factory.mktemp("lens-bundles")
     return bench_bundles((("photo-cnn", "onnx-fp32"),), root)["photo-cnn onnx-fp32"].session()
@@ -33,7 +33,7 @@ def session(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def scene() -> np.ndarray:
     """One held-out crop of the astronaut photo: (64, 64, 3) float32 in [0, 1]."""
-    from edgekit.lens_captures import scene_crops
+    from edgekit.lens.captures import scene_crops
 
     images, _ = scene_crops(1, 7)
     return images[0]
@@ -257,9 +257,9 @@ def test_ev_levels_prefer_low_iso_and_unknown_strategy_fails() -> None:
 
 
 def test_small_lens_bench_has_every_method(tmp_path) -> None:
-    from edgekit.lens_bench import LensBenchConfig, run_lens_bench
-    from edgekit.lens_prior import CANDIDATES, SettingPrior, prior_candidate_key
-    from edgekit.lens_report import (
+    from edgekit.lens.bench import LensBenchConfig, run_lens_bench
+    from edgekit.lens.prior import CANDIDATES, SettingPrior, prior_candidate_key
+    from edgekit.lens.report import (
         environment_table,
         lens_checks,
         lens_plot,
@@ -320,8 +320,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     prior = SettingPrior.load_json(run["prior"])
     assert prior.variant == report["config"]["variant"] == "top1"  # the scores it was fitted on
     # the variant to deploy, read off the calibration scenes at K=6 (metered) only
-    from edgekit.lens_bench import REPORTED_VARIANTS
-    from edgekit.lens_report import add_summaries
+    from edgekit.lens.bench import REPORTED_VARIANTS
+    from edgekit.lens.report import add_summaries
 
     choice = add_summaries(report)["variant_choice"]["photo-cnn onnx-fp32"]
     assert set(choice["accuracy"]) == set(REPORTED_VARIANTS)
@@ -370,8 +370,8 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
 
 def test_scene_sets_resolve_and_bad_names_fail() -> None:
     from edgekit.errors import InputError
-    from edgekit.lens_bench import selected_strategy
-    from edgekit.lens_captures import DEFAULT_SCENE_SET, resolve_scene_set
+    from edgekit.lens.bench import selected_strategy
+    from edgekit.lens.captures import DEFAULT_SCENE_SET, resolve_scene_set
 
     assert DEFAULT_SCENE_SET == "es-diverse" and resolve_scene_set(None, None) == "es-diverse"
     assert resolve_scene_set(None, ("dim-room", "office")) == "wide-range"
@@ -392,8 +392,8 @@ def test_es_diverse_captures_are_the_print_region(scene) -> None:
     """The ES-Diverse set frames a print (2x the scene) on a dark backdrop; the classifier gets
     the print region; average-metered AE over-exposes it more than centre-weighted AE, and the
     first metering mode ("ae") is evaluative, a DSLR's default."""
-    from edgekit.lens import classifier_view
-    from edgekit.lens_captures import bench_camera, capture_set
+    from edgekit.lens.captures import bench_camera, capture_set
+    from edgekit.lens.controller import classifier_view
 
     cam = bench_camera(scene, "lamp-cool", 0, "es-diverse", "average")
     frame = cam.capture(paper_grid()[4])
@@ -409,7 +409,7 @@ def test_es_diverse_captures_are_the_print_region(scene) -> None:
 
 
 def test_auroc_matches_pairwise_definition() -> None:
-    from edgekit.lens_diagnostics import auroc
+    from edgekit.lens.diagnostics import auroc
 
     scores = np.array([0.9, 0.8, 0.8, 0.3, 0.1])
     positive = np.array([True, False, True, False, False])
@@ -422,7 +422,7 @@ def test_auroc_matches_pairwise_definition() -> None:
 def test_good_exposure_auroc_ignores_the_easy_pairs() -> None:
     """A VisiT that only tells a dark capture from a good one: it ranks the right capture above
     the dark one but below the wrong good one, so among the good exposures its AUROC is 0."""
-    from edgekit.lens_diagnostics import good_exposures, within_scene_auroc
+    from edgekit.lens.diagnostics import good_exposures, within_scene_auroc
 
     # 1 environment, 4 scenes, 3 settings: 0 and 1 good (right on 2 scenes each), 2 dark (never)
     correct = np.array([[[1, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0]]], bool)

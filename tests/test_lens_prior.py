@@ -1,4 +1,4 @@
-"""The calibrated setting prior for Lens (toolkit/lens_prior.py): fitting, choosing its weight
+"""The calibrated setting prior for Lens (toolkit/lens/prior.py): fitting, choosing its weight
 on calibration scenes only, the controller's ranking with it, its file and `run lens --prior`."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from edgekit.errors import InputError
-from edgekit.lens import LensController, paper_grid
-from edgekit.lens_prior import (
+from edgekit.lens.controller import LensController, paper_grid
+from edgekit.lens.prior import (
     CANDIDATES,
     SettingPrior,
     adjusted_scores,
@@ -116,7 +116,7 @@ def test_prior_files_round_trip_and_bad_files_are_clear_errors(tmp_path: Path) -
     bad.write_text("{")
     with pytest.raises(InputError, match="not valid JSON"):
         SettingPrior.load(bad)
-    bad.write_text(json.dumps({"schema": "edgekit.lens-bench/1"}))
+    bad.write_text(json.dumps({"schema": "edgekit.lens.controller-bench/1"}))
     with pytest.raises(InputError, match="not a Lens prior"):
         SettingPrior.load(bad)
     raw = prior.to_json()
@@ -135,7 +135,7 @@ def test_prior_files_round_trip_and_bad_files_are_clear_errors(tmp_path: Path) -
 
 
 def test_run_lens_with_a_prior_file(tmp_path: Path) -> None:
-    from edgekit.lens_run import run_lens
+    from edgekit.lens.run import run_lens
 
     scores, correct = misleading_captures()
     path = SettingPrior.fit(scores, correct, SETTINGS).save(tmp_path / "prior.json")
@@ -155,7 +155,7 @@ def test_run_lens_with_a_prior_file(tmp_path: Path) -> None:
 
 
 def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
-    from edgekit.lens_report import eval_lens, prior_path
+    from edgekit.lens.report import eval_lens, prior_path
 
     reports = eval_lens(
         tmp_path, 1, ["dim-room"], 1, progress=False, models=["photo-cnn"], calib_per_class=1
@@ -173,7 +173,7 @@ def test_eval_lens_writes_a_deployable_prior_per_bundle(tmp_path: Path) -> None:
 
 
 def test_priors_of_several_seeds_pool_their_counts_and_cross_fits() -> None:
-    from edgekit.lens_prior import pool_priors
+    from edgekit.lens.prior import pool_priors
 
     fits = [misleading_captures(seed=s, scenes=8 + 4 * s) for s in range(3)]
     runs = [SettingPrior.fit(sc, co, SETTINGS).to_json() for sc, co in fits]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from edgekit.errors import InputError
-from edgekit.lens import paper_grid
-from edgekit.lens_run import run_lens
+from edgekit.lens.controller import paper_grid
+from edgekit.lens.run import run_lens
 
 
 def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
 def test_run_lens_logs_the_time_a_late_sensor_costs(tmp_path: Path) -> None:
     """A sensor whose settings arrive 2 frames late at 30 fps: each of the K captures waits 2
     frames, the log's capture time includes them and stays above lens_time_budget's floor."""
-    from edgekit.lens import lens_time_budget
+    from edgekit.lens.controller import lens_time_budget
 
     spec = "sim:seed=4,settings_latency=2,frame_interval_ms=33"
     rows = run_lens(spec, "photo-cnn", budget_k=3, frames=2, log=tmp_path / "late.jsonl")
@@ -65,7 +65,7 @@ def test_a_camera_without_controls_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_model_specs_name_a_recipe() -> None:
-    from edgekit.bundle_cache import parse_model_spec, target_name
+    from edgekit.build.cache import parse_model_spec, target_name
 
     assert parse_model_spec("photo-cnn") == ("photo-cnn",)
     assert parse_model_spec("photo-cnn:sensor-aware") == ("photo-cnn", "sensor-aware")
@@ -78,7 +78,7 @@ def test_model_specs_name_a_recipe() -> None:
 
 
 def test_eval_lens_model_specs_pick_the_bundles_to_bench() -> None:
-    from edgekit.lens_bench import BENCH_TARGETS, lens_targets
+    from edgekit.lens.bench import BENCH_TARGETS, lens_targets
 
     assert lens_targets([]) == BENCH_TARGETS
     assert ("photo-vit", "onnx-fp32", "sensor-rendered") in BENCH_TARGETS  # its Lens recipe
@@ -99,7 +99,7 @@ def test_run_refuses_the_other_pipelines_options() -> None:
     """An option of one pipeline given to the other is a clear error, not silently ignored."""
     from typer.testing import CliRunner
 
-    from edgekit.cli import app
+    from edgekit.cli.app import app
 
     result = CliRunner().invoke(app, ["run", "lens", "--runtime", "x", "--box", "1,1,4,4"])
     assert result.exit_code == 2

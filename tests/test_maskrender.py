@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from edgekit import maskrender
 from edgekit.errors import InputError
+from edgekit.segmentation import render as maskrender
 
 
 def _clip(t: int = 3, size: int = 40) -> tuple[np.ndarray, np.ndarray]:

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from edgekit.build import build_bundle
+from edgekit.build.pipeline import build_bundle
+from edgekit.build.verify import verify_bundle
+from edgekit.bundle.selftest import selftest
 from edgekit.exporters import ExportOptions, Target
 from edgekit.registry import get_card, names
-from edgekit.selftest import selftest
-from edgekit.verify import verify_bundle
 
 # model -> targets exported, verified and self-tested in this suite (this machine: CPU only).
 COVERAGE: dict[str, list[str]] = {
@@ -146,7 +146,7 @@ def test_int8_falls_back_to_uint8_weights_where_int8_sums_saturate(
     """On x86 without VNNI (``saturating``), a static ONNX int8 build that fails verification
     with the default u8 x s8 scheme is rebuilt once with uint8 weights; the manifest says why
     and no failed report is left. Elsewhere, or with the weight options set, it just fails."""
-    import edgekit.build as build
+    import edgekit.build.pipeline as build
     from edgekit.errors import ParityError
     from edgekit.exporters import onnx_int8
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from edgekit.build.verify import reference_runners
 from edgekit.errors import InputError
 from edgekit.registry import get_card
-from edgekit.verify import reference_runners
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

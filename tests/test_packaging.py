@@ -32,7 +32,7 @@ def test_every_package_folder_is_listed_in_pyproject() -> None:
 
 def test_import_edgekit_and_cli_help_load_no_heavy_modules() -> None:
     code = (
-        "import sys, edgekit, edgekit.cli, edgekit.runtimes, edgekit.exporters, edgekit.registry;"
+        "import sys, edgekit, edgekit.cli.app, edgekit.runtimes, edgekit.exporters, edgekit.registry;"
         "heavy = [m for m in ('torch', 'onnxruntime', 'openvino', 'transformers', 'tensorrt') if m in sys.modules];"
         "print(heavy)"
     )

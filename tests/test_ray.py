@@ -76,8 +76,8 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(cluster, tiny):
-    from edgekit.lens_bench import bench_bundles
-    from edgekit.ray_serve import BatchPolicy, serve_bundles, stop_serving
+    from edgekit.cluster.serve import BatchPolicy, serve_bundles, stop_serving
+    from edgekit.lens.bench import bench_bundles
 
     minilm = bench_bundles((("minilm", "onnx-int8"),))["minilm onnx-int8"]
     port = free_port()
@@ -150,9 +150,9 @@ def test_serve_batches_concurrent_tensor_requests_without_mixing_them(served, ti
 # ---- bench fan-out --------------------------------------------------------------------------------
 @needs_ray
 def test_bench_fanout_matches_the_local_report_and_benches_a_daemon(cluster, tiny, tmp_path):
-    from edgekit.bench import BenchConfig, bench_many, expand_targets
-    from edgekit.benchplot import plot_report
-    from edgekit.ray_fanout import bench_ray
+    from edgekit.bench.engine import BenchConfig, bench_many, expand_targets
+    from edgekit.bench.plots import plot_report
+    from edgekit.cluster.fanout import bench_ray
 
     config = BenchConfig(warmup=1, iterations=10)
     runtimes = ["onnxruntime", "openvino"]
@@ -191,7 +191,7 @@ def _bench_workers(tiny: Path) -> list:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if "edgekit.bench" not in cmd or "--worker" not in cmd:
+        if "edgekit.bench.engine" not in cmd or "--worker" not in cmd:
             continue
         with contextlib.suppress(OSError, ValueError, psutil.Error):
             target = json.loads(Path(cmd[-1]).read_text())["target"]
@@ -203,8 +203,8 @@ def _bench_workers(tiny: Path) -> list:
 
 @needs_ray
 def test_killed_workers_are_retried_and_a_task_that_never_survives_is_a_failed_row(cluster, tiny):
-    from edgekit.bench import BenchConfig
-    from edgekit.ray_fanout import bench_ray
+    from edgekit.bench.engine import BenchConfig
+    from edgekit.cluster.fanout import bench_ray
 
     config = BenchConfig(warmup=1, iterations=None, duration_s=1.5)
     result: dict = {}
@@ -242,7 +242,7 @@ def test_killed_workers_are_retried_and_a_task_that_never_survives_is_a_failed_r
 
 @needs_ray
 def test_gather_reports_raised_and_hung_tasks(cluster):
-    from edgekit.ray_fanout import gather
+    from edgekit.cluster.fanout import gather
 
     def boom() -> None:
         raise ValueError("boom on purpose")
@@ -267,8 +267,8 @@ def test_gather_reports_raised_and_hung_tasks(cluster):
 # ---- eval grid -------------------------------------------------------------------------------------
 @needs_ray
 def test_eval_grid_runs_torch_and_bundles_as_tasks(cluster):
-    from edgekit.lens_bench import bench_bundles
-    from edgekit.ray_fanout import eval_ray
+    from edgekit.cluster.fanout import eval_ray
+    from edgekit.lens.bench import bench_bundles
 
     int8 = bench_bundles((("photo-cnn", "onnx-int8"),))["photo-cnn onnx-int8"].path
     report = eval_ray("photo-cnn", [int8], ["onnxruntime", "nope"], progress=False)
@@ -283,11 +283,11 @@ def test_eval_grid_runs_torch_and_bundles_as_tasks(cluster):
 
 @needs_ray
 def test_lens_seeds_as_tasks_merge_runs_and_pool_the_prior(cluster, tmp_path):
-    from edgekit.cli_ray import print_lens
+    from edgekit.cli.cluster import print_lens
+    from edgekit.cluster.fanout import eval_lens_ray
     from edgekit.console import wide_console
-    from edgekit.lens_prior import SettingPrior
-    from edgekit.lens_report import prior_path
-    from edgekit.ray_fanout import eval_lens_ray
+    from edgekit.lens.prior import SettingPrior
+    from edgekit.lens.report import prior_path
 
     targets = (("photo-cnn", "onnx-fp32"),)
     report = eval_lens_ray(
@@ -316,10 +316,10 @@ def test_without_ray_the_ray_paths_raise_one_clear_error(monkeypatch, tiny):
     import typer
     from typer.testing import CliRunner
 
-    from edgekit.cli import _console, handle_errors
-    from edgekit.cli_ray import register
+    from edgekit.cli.app import _console, handle_errors
+    from edgekit.cli.cluster import register
+    from edgekit.cluster.fanout import bench_ray, eval_ray
     from edgekit.errors import MissingDependencyError
-    from edgekit.ray_fanout import bench_ray, eval_ray
 
     monkeypatch.setitem(sys.modules, "ray", None)
     monkeypatch.setitem(sys.modules, "ray.serve", None)
@@ -340,9 +340,9 @@ def test_without_ray_the_ray_paths_raise_one_clear_error(monkeypatch, tiny):
 def test_replica_policy_batching_rules_and_answer_splitting(tiny):
     from dataclasses import replace
 
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.format import Bundle
+    from edgekit.cluster.serve import ReplicaPolicy, batching_blocker, split_rows
     from edgekit.errors import InputError
-    from edgekit.ray_serve import ReplicaPolicy, batching_blocker, split_rows
     from edgekit.tensorspec import TensorSpec
 
     fixed = ReplicaPolicy(2, 2, cpus=0.5).deployment_options(16)
@@ -369,8 +369,8 @@ def test_replica_policy_batching_rules_and_answer_splitting(tiny):
 
 
 def test_runtime_env_from_json_file_and_environment(tmp_path, monkeypatch):
+    from edgekit.cluster.nodes import RUNTIME_ENV_VAR, runtime_env_from
     from edgekit.errors import InputError
-    from edgekit.ray_nodes import RUNTIME_ENV_VAR, runtime_env_from
 
     monkeypatch.delenv(RUNTIME_ENV_VAR, raising=False)
     assert runtime_env_from(None) is None

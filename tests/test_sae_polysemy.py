@@ -309,8 +309,8 @@ TINY = {
 
 
 def test_tiny_scorer_exports_verifies_and_scores_through_the_text_scorer(tmp_path: Path) -> None:
-    from edgekit.build import build_bundle
-    from edgekit.bundle import Bundle
+    from edgekit.build.pipeline import build_bundle
+    from edgekit.bundle.format import Bundle
     from edgekit.exporters import ExportOptions, Target
     from edgekit.registry import get_card
     from edgekit.text_scorer import TextScorer

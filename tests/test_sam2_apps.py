@@ -14,13 +14,13 @@ import pytest
 from daemon_proc import DaemonProcess
 from typer.testing import CliRunner
 
-from edgekit.cli import app
+from edgekit.cli.app import app
 from edgekit.errors import InputError
 
 
 @pytest.fixture(scope="module")
 def sam2_bundle() -> Path:
-    from edgekit.sam2_run import sam2_bundle
+    from edgekit.segmentation.run import sam2_bundle
 
     return sam2_bundle("sam2-edge").path
 
@@ -47,9 +47,9 @@ def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, 
     """run / bench-stream / the daemon build their predictor from the bundle's recorded
     stream_config (sam2-edge: SAM 2's predictor; memory selection when the bundle records it);
     an unknown recorded option is a clear error."""
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.format import Bundle
     from edgekit.registry import get_card
-    from edgekit.sam2_run import bundle_stream_config
+    from edgekit.segmentation.run import bundle_stream_config
 
     bundle = Bundle.load(sam2_bundle)
     config = bundle_stream_config(bundle)
@@ -65,7 +65,7 @@ def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, 
 
 
 def test_run_on_the_camera_with_a_click(sam2_bundle, tmp_path):
-    from edgekit.sam2_run import parse_prompt, run_sam2_stream
+    from edgekit.segmentation.run import parse_prompt, run_sam2_stream
 
     run = run_sam2_stream(
         "sim:size=96", str(sam2_bundle), 4, tmp_path, prompt=parse_prompt(["48,48"], [], None)
@@ -76,7 +76,7 @@ def test_run_on_the_camera_with_a_click(sam2_bundle, tmp_path):
 
 
 def test_bad_prompts_and_sources_are_clear_errors(sam2_bundle, tmp_path):
-    from edgekit.sam2_run import parse_prompt, run_sam2_stream
+    from edgekit.segmentation.run import parse_prompt, run_sam2_stream
 
     with pytest.raises(InputError, match="--point '1;2' must be 2"):
         parse_prompt(["1;2"], [], None)
@@ -90,7 +90,7 @@ def test_bad_prompts_and_sources_are_clear_errors(sam2_bundle, tmp_path):
         )
     photo = tmp_path / "photo-bundle"
     with pytest.raises(InputError, match="not a SAM 2 graph set"):
-        from edgekit.lens_bench import bench_bundles
+        from edgekit.lens.bench import bench_bundles
 
         photo = bench_bundles((("photo-cnn", "onnx-fp32"),))["photo-cnn onnx-fp32"].path
         run_sam2_stream("sim", str(photo), 2, tmp_path)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit import sam2_graphs as contract
 from edgekit.errors import InputError
 from edgekit.models.sam2.card import SAM21Card
 from edgekit.models.sam2.config import sam2_config
 from edgekit.models.sam2.model import SAM2Model
+from edgekit.segmentation import graphs as contract
 
 torch.set_num_threads(1)
 
@@ -88,7 +88,7 @@ def test_random_weights_are_seeded_and_carry_masks_through_the_stream() -> None:
 
 
 def test_cli_options_are_parsed_as_json_or_text() -> None:
-    from edgekit.cli_options import parse_options
+    from edgekit.cli.options import parse_options
 
     got = parse_options(["image_size=512", "random_weights=true", "checkpoint=/w/t.pt"])
     assert got == {"image_size": 512, "random_weights": True, "checkpoint": "/w/t.pt"}

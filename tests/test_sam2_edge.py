@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit import sam2_graphs as contract
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import rollout
@@ -34,7 +33,8 @@ from edgekit.models.sam2_edge.train import (
     train_model,
     training_batch,
 )
-from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig
+from edgekit.segmentation import graphs as contract
+from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 
 SMALL = EdgeConfig(image_size=128)
 

@@ -8,7 +8,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from edgekit import sam2_graphs as G  # noqa: E402
 from edgekit.errors import InputError  # noqa: E402
 from edgekit.models.sam2 import (  # noqa: E402
     HieraConfig,
@@ -22,6 +21,7 @@ from edgekit.models.sam2 import (  # noqa: E402
 from edgekit.models.sam2.graphs import example_inputs  # noqa: E402
 from edgekit.models.sam2.hiera import window_partition, window_unpartition  # noqa: E402
 from edgekit.models.sam2.memory_attention import apply_rope, rope_angles  # noqa: E402
+from edgekit.segmentation import graphs as G  # noqa: E402
 
 
 def micro_config(image_size: int = 128) -> SAM2Config:

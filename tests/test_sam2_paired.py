@@ -10,11 +10,11 @@ import sys
 
 import pytest
 
+from edgekit.build.verify import reference_runners
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import evaluation
 from edgekit.models.sam2_edge.card import SAM2EdgeCard
-from edgekit.verify import reference_runners
 
 SMALL = {"eval_clips": 2, "eval_frames": 6}
 
@@ -72,7 +72,7 @@ def test_the_calibration_set_and_bad_eval_options() -> None:
 
 
 def test_bundles_compare_stream_options_only_and_other_cards_refuse(card, runners) -> None:
-    from edgekit.cli_sam2 import paired_table
+    from edgekit.cli.stream import paired_table
     from edgekit.registry import get_card
 
     with pytest.raises(InputError, match="only stream options.*steps would need other graphs"):

@@ -30,7 +30,6 @@ except ImportError as exc:  # pragma: no cover - depends on the optional test de
         allow_module_level=True,
     )
 
-from edgekit import sam2_graphs as G  # noqa: E402
 from edgekit.models.sam2 import (  # noqa: E402
     SAM2Model,
     load_state_dict_strict,
@@ -38,7 +37,8 @@ from edgekit.models.sam2 import (  # noqa: E402
     torch_graph_set,
 )
 from edgekit.models.sam2 import build_sam2 as build_edgekit  # noqa: E402
-from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig  # noqa: E402
+from edgekit.segmentation import graphs as G  # noqa: E402
+from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig  # noqa: E402
 
 S = 256  # model input size used here (official: 1024)
 T = 8  # frames in the clip
@@ -428,7 +428,7 @@ def onnx_graphs(models, tmp_path_factory):
     pytest.importorskip("onnxruntime")
     from edgekit.exporters.onnx import export_onnx
     from edgekit.models.sam2 import graph_specs
-    from edgekit.sam2_rollout import graph_set_from_files
+    from edgekit.segmentation.rollout import graph_set_from_files
 
     _, mine = models
     out = tmp_path_factory.mktemp("sam2_tiny_onnx")

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from sam2_fake_graphs import FakeGraphs, S
 
-from edgekit import sam2_graphs as G
 from edgekit.errors import InputError
-from edgekit.sam2_arrays import guided_filter, refine_mask, resize_bilinear
-from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig
+from edgekit.segmentation import graphs as G
+from edgekit.segmentation.arrays import guided_filter, refine_mask, resize_bilinear
+from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 
 
 def _reference_guided_filter(guide, p, r, eps):
@@ -146,7 +146,7 @@ def test_box_mean_is_scipys_uniform_filter_with_nearest_edges(shape, radius, dty
     windows wider than the image included."""
     from scipy.ndimage import uniform_filter
 
-    from edgekit.sam2_arrays import box_mean
+    from edgekit.segmentation.arrays import box_mean
 
     x = np.random.default_rng(0).standard_normal(shape).astype(dtype)
     k = 2 * radius + 1

@@ -7,13 +7,19 @@ import numpy as np
 import pytest
 from sam2_fake_graphs import FakeGraphs, S, frame
 
-from edgekit import sam2_graphs as G
 from edgekit.errors import InputError
-from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig, fill_holes, non_overlapping_logits
+from edgekit.segmentation import graphs as G
+from edgekit.segmentation.stream import (
+    Prompt,
+    SAM2Stream,
+    StreamConfig,
+    fill_holes,
+    non_overlapping_logits,
+)
 
 
 def test_memory_stride_feeds_sam2s_strided_frames_and_stays_bounded():
-    from edgekit.sam2_stream import memory_slots
+    from edgekit.segmentation.stream import memory_slots
 
     assert memory_slots(9, 7) == {8: 1, 7: 2, 6: 3, 5: 4, 4: 5, 3: 6}  # stride 1: t - i
     # stride 2 (SAM 2's formula): slot 1 = t-1, slot i >= 2 = ((t-2)//2)*2 - (i-2)*2

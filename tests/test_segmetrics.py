@@ -1,12 +1,12 @@
-"""J, F, J&F and the click protocol of edgekit.segmetrics, on hand-checked small masks."""
+"""J, F, J&F and the click protocol of edgekit.segmentation.metrics, on hand-checked small masks."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from edgekit import segmetrics as sm
 from edgekit.errors import InputError
+from edgekit.segmentation import metrics as sm
 
 
 def _square(size: int, y0: int, x0: int, side: int) -> np.ndarray:

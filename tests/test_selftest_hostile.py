@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgekit.bundle import MANIFEST, Bundle, sha256_file
+from edgekit.bundle.format import MANIFEST, Bundle, sha256_file
+from edgekit.bundle.policy import TOLERANCE_BOUNDS
+from edgekit.bundle.selftest import selftest
 from edgekit.errors import BundleError, SelfTestError
-from edgekit.manifest_policy import TOLERANCE_BOUNDS
-from edgekit.selftest import selftest
 
 
 def _manifest(path: Path) -> dict:
@@ -88,7 +88,7 @@ def test_absurd_tolerances_are_refused(tiny_bundle: Path, tolerance: dict) -> No
 
 
 def test_nan_tolerance_is_refused_and_every_card_tolerance_fits() -> None:
-    from edgekit.manifest_policy import check_tolerance
+    from edgekit.bundle.policy import check_tolerance
     from edgekit.registry import card_class, names
 
     with pytest.raises(BundleError, match="finite"):

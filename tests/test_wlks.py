@@ -164,8 +164,8 @@ def test_bad_inputs_are_typed_errors() -> None:
 
 
 def test_card_graph_scores_match_its_svm_and_evaluate() -> None:
+    from edgekit.build.verify import reference_runners
     from edgekit.registry import get_card
-    from edgekit.verify import reference_runners
 
     card = get_card("wlks", count=90, n=200)
     metrics = card.evaluate(reference_runners(card))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bundle import Bundle
+from edgekit.bundle.format import Bundle
 from edgekit.errors import InputError
 
 MAX_TEXTS = 256

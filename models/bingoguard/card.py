@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from edgekit.build.decision_parity import class_flip_rate, decision_parity
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
-from edgekit.decision_parity import class_flip_rate, decision_parity
 from edgekit.models.bingoguard.data import Example, load_heldout
 from edgekit.models.bingoguard.generate import build_dataset
 from edgekit.models.bingoguard.metrics import task_metrics

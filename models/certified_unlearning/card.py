@@ -34,7 +34,7 @@ from torch import nn
 from edgekit.cache import atomic_write_bytes, cache_dir, recipe_key
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.certified_unlearning import certify, data, logistic
-from edgekit.visit import softmax
+from edgekit.numeric import softmax
 
 GRAPH = "classifier"
 

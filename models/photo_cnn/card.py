@@ -22,7 +22,7 @@ from edgekit.models.photo_cnn.train import (
     recipe_from_options,
     train_cached,
 )
-from edgekit.visit import softmax
+from edgekit.numeric import softmax
 
 GRAPH = "classifier"
 GOLDEN_CLASSES = (0, 3, 5, 8)  # one held-out crop each of astronaut, rocket, ihc, brick

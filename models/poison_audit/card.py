@@ -32,7 +32,7 @@ from edgekit.models.poison_audit.poison import (
     gaussian_poison,
     score_from_gradients,
 )
-from edgekit.visit import softmax
+from edgekit.numeric import softmax
 
 GRAPH = "classifier"
 RECIPE_VERSION = 2  # 2: float64 input gradients in the audit

@@ -23,7 +23,7 @@ from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.errors import InputError
 from edgekit.models.randlora import data
 from edgekit.models.randlora.train import AdaptConfig, DeployResult, DigitMLP, train_cached
-from edgekit.visit import softmax
+from edgekit.numeric import softmax
 
 GRAPH = "classifier"
 GOLDEN_ROWS = (0, 1, 2, 3)  # the first four test digits of the permuted task

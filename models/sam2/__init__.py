@@ -2,7 +2,7 @@
 
 ``build_sam2("tiny", image_size=1024, checkpoint="sam2.1_hiera_tiny.pt")`` builds the model
 (random weights without a checkpoint); ``torch_graph_set(model)`` gives the graphs of the
-contract in ``edgekit.sam2_graphs`` for the streaming predictor ``edgekit.sam2_stream``;
+contract in ``edgekit.segmentation.graphs`` for the streaming predictor ``edgekit.segmentation.stream``;
 ``graph_specs(model)`` gives them for export. Importing this package imports torch.
 """
 

@@ -2,7 +2,7 @@
 
 edgekit's SAM 2.1 (models/sam2) loads Meta's checkpoints (``sam2.1_hiera_*.pt``) from a path
 the user gives; nothing is downloaded. The five graphs of the SAM 2 graph contract
-(edgekit.sam2_graphs) go through build_bundle like any card, so the bundle runs in
+(edgekit.segmentation.graphs) go through build_bundle like any card, so the bundle runs in
 ``edgekit run sam2-stream``, ``edgekit bench-stream`` and the daemon's sam2-stream pipeline, and
 verify checks streaming rollout parity on the synthetic held-out clips (frames resized to the
 model's input size by the stream).

@@ -1,4 +1,4 @@
-"""The exportable graphs of SAM 2.1 (the contract in ``edgekit.sam2_graphs``) and a torch graph set.
+"""The exportable graphs of SAM 2.1 (the contract in ``edgekit.segmentation.graphs``) and a torch graph set.
 
 Each graph module wraps one step of ``SAM2Model`` with the contract's input and output names.
 Build them after loading the weights: input-independent encodings (the trunk's resized position
@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec
 from edgekit.errors import InputError
 from edgekit.models.sam2.model import SAM2Model
+from edgekit.segmentation import graphs as contract
 
 
 class ImageEncoderGraph(nn.Module):
@@ -209,5 +209,5 @@ class TorchGraph:
 
 
 def torch_graph_set(model: SAM2Model) -> dict[str, TorchGraph]:
-    """The graph set of ``model`` on torch, for ``edgekit.sam2_stream.SAM2Stream``."""
+    """The graph set of ``model`` on torch, for ``edgekit.segmentation.stream.SAM2Stream``."""
     return {name: TorchGraph(name, module) for name, module in graph_modules(model).items()}

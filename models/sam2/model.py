@@ -1,9 +1,9 @@
 """edgekit's SAM 2.1: the whole model, its parameter names those of Meta's official checkpoints.
 
 ``SAM2Model`` holds every component and exposes the five steps the streaming predictor chains
-(see ``edgekit.sam2_graphs`` for the contract): ``encode_image``, ``condition_on_memory``,
+(see ``edgekit.segmentation.graphs`` for the contract): ``encode_image``, ``condition_on_memory``,
 ``decode``, ``encode_memory`` and ``mask_prompt_input``. The memory bank and the choice among the
-decoder's masks live outside, in ``edgekit.sam2_stream``.
+decoder's masks live outside, in ``edgekit.segmentation.stream``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """sam2-edge card: a compact SAM 2 for streaming video object segmentation at 256x256.
 
-The SAM 2 graph contract (edgekit.sam2_graphs): image_encoder, memory_attention, mask_decoder,
-memory_encoder and the optional mask_prompt, run by the streaming predictor edgekit.sam2_stream.
+The SAM 2 graph contract (edgekit.segmentation.graphs): image_encoder, memory_attention, mask_decoder,
+memory_encoder and the optional mask_prompt, run by the streaming predictor edgekit.segmentation.stream.
 About 0.6M parameters: a MobileNet-style CNN encoder (stride 16, 64 channels), a 2-block
 two-way mask decoder with IoU, object-score and object-pointer heads, a memory encoder that
 compresses each memory frame to 272 tokens (EdgeTAM-style: the 16x16 grid + 16 global latents)
@@ -19,7 +19,6 @@ from typing import Any, ClassVar
 
 import torch
 
-from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec, Runner, check_number_options
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips, evaluation
@@ -28,6 +27,7 @@ from edgekit.models.sam2_edge.graphs import graph_specs, torch_graph_set
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 from edgekit.models.sam2_edge.train import TrainConfig, TrainResult, train_cached
+from edgekit.segmentation import graphs as contract
 
 # Weights of the default recipe's last two stages ship with the package (2.7 MB each), named by
 # their cache keys (train.RECIPE_VERSION and the config): a changed config or a bumped version

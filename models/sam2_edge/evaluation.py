@@ -1,9 +1,9 @@
-"""Held-out evaluation of sam2-edge through the streaming predictor (edgekit.sam2_stream).
+"""Held-out evaluation of sam2-edge through the streaming predictor (edgekit.segmentation.stream).
 
 - **J&F** as the DAVIS / SA-V semi-supervised protocol: every object of every held-out clip is
   given by its ground-truth mask on frame 0 and tracked through the clip by ``SAM2Stream`` over
   any graph set (torch modules or runtime sessions); J, F and J&F in percent
-  (``edgekit.segmetrics``), first and last frames dropped as the DAVIS 2017 / SA-V scripts do.
+  (``edgekit.segmentation.metrics``), first and last frames dropped as the DAVIS 2017 / SA-V scripts do.
   Also per motion case, and ``J&F_click``: the same with one click per object on frame 0 (at
   its deepest interior point) instead of the mask.
 - **1-click / 5-click mIoU** on first frames: the simulated click protocol, each correction
@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from edgekit import segmetrics
 from edgekit.models.sam2_edge import clips as C
-from edgekit.sam2_stream import Prompt, SAM2Stream, StreamConfig
+from edgekit.segmentation import metrics as segmetrics
+from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 
 HELDOUT_CLIPS = 20  # four of each motion case
 HELDOUT_FRAMES = 24

@@ -1,7 +1,7 @@
-"""The graphs of sam2-edge under the SAM 2 graph contract (edgekit.sam2_graphs).
+"""The graphs of sam2-edge under the SAM 2 graph contract (edgekit.segmentation.graphs).
 
 Each module wraps one EdgeSAM2 method with the contract's input order, batch 1 and output
-names, so the same streaming predictor (edgekit.sam2_stream) runs sam2-edge and the official
+names, so the same streaming predictor (edgekit.segmentation.stream) runs sam2-edge and the official
 SAM 2.1 alike; the decoder, memory-encoder and mask-prompt wrappers are SAM 2.1's own (the
 methods they call have the same signatures). Contract dimensions at 256x256: S 256, C 64,
 Cm 64, h = w = 16, and the memory grid hm x wm = 10 x 8 (8 rows of pooled tokens + 2 rows of
@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgekit import sam2_graphs as contract
 from edgekit.card import GraphSpec
 from edgekit.models.sam2.graphs import MaskDecoderGraph, MaskPromptGraph, MemoryEncoderGraph
 from edgekit.models.sam2_edge.model import EdgeSAM2
+from edgekit.segmentation import graphs as contract
 
 
 class ImageEncoderGraph(nn.Module):

@@ -1,4 +1,4 @@
-"""EdgeSAM2: the compact SAM 2, with one method per graph of the contract (edgekit.sam2_graphs).
+"""EdgeSAM2: the compact SAM 2, with one method per graph of the contract (edgekit.segmentation.graphs).
 
 Every method is batched over B objects (the graphs use B = 1); shapes use g = image_size / 16
 (16 at 256x256), L = 4g (64, the mask-logit grid), C = dim = 64, Cm = mem_dim = 64 and

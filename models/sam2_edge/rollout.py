@@ -1,6 +1,6 @@
 """The training rollout of sam2-edge: a batch of clips tracked as the streaming predictor does.
 
-Mirrors ``edgekit.sam2_stream`` step by step (mask choice, memory slots, pointer distances,
+Mirrors ``edgekit.segmentation.stream`` step by step (mask choice, memory slots, pointer distances,
 binarised memory on the prompted frame), batched over (clip, object) items. Frame 0 of every
 item is prompted with one click (multimask output), a click followed by 1-3 simulated
 correction clicks (the previous logits fed back as the mask input), a noisy box, or the
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edgekit import segmetrics
 from edgekit.models.sam2_edge import prompts as P
 from edgekit.models.sam2_edge.clips import Clip
 from edgekit.models.sam2_edge.model import NO_OBJECT_LOGIT, EdgeSAM2
+from edgekit.segmentation import metrics as segmetrics
 
 PROMPT_MODES = ("click", "clicks", "box", "mask")
 PROMPT_ODDS = (0.35, 0.25, 0.25, 0.15)

@@ -1,8 +1,8 @@
 """What every SAM 2 card shares: golden feeds, calibration, held-out J&F and rollout parity.
 
 A SAM 2 card (sam2-edge, the official SAM 2.1 sizes) exports the five graphs of the SAM 2 graph
-contract (edgekit.sam2_graphs) and is measured through the streaming predictor
-(edgekit.sam2_stream) on the synthetic clips of ``clips.py``: frames are resized to the model's
+contract (edgekit.segmentation.graphs) and is measured through the streaming predictor
+(edgekit.segmentation.stream) on the synthetic clips of ``clips.py``: frames are resized to the model's
 input size by the stream, so one benchmark serves every input size. Subclasses give the torch
 graph set, the GraphSpecs and the input size.
 """
@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
-from edgekit import sam2_graphs as contract
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import evaluation
+from edgekit.segmentation import graphs as contract
 
 if TYPE_CHECKING:
-    from edgekit.sam2_stream import StreamConfig
+    from edgekit.segmentation.stream import StreamConfig
 
 GOLDEN_CLIP = ("heldout", 2)  # a crossing clip: two objects, memory filling up
 GOLDEN_FRAME = 5  # the frame whose graph feeds are the golden inputs (5 memory frames)
@@ -60,7 +60,7 @@ def record_feeds(
     """Track ``clips`` (first-mask prompts, plus one mask correction per clip) with ``graphs``
     at ``image_size`` (default: the clips' size); return every feed each graph received, in
     call order."""
-    from edgekit.sam2_stream import Prompt, SAM2Stream
+    from edgekit.segmentation.stream import Prompt, SAM2Stream
 
     store: dict[str, list[Feeds]] = {name: [] for name in graphs}
     recorded = {name: _Recorder(fn, store[name]) for name, fn in graphs.items()}
@@ -79,7 +79,7 @@ class StreamingSAM2Card(ModelCard):
 
     task: ClassVar[str] = "video-object-segmentation"
     primary_metric: ClassVar[str | None] = "J&F"
-    # rollout parity (edgekit.sam2_rollout.rollout_parity) over parity_clips held-out clips:
+    # rollout parity (edgekit.segmentation.rollout.rollout_parity) over parity_clips held-out clips:
     # the exported graph set tracks every object the way torch does, frame after frame
     agreement_floors: ClassVar[dict[str, float]] = {"rollout_mean_iou": 0.9}
     #: how many held-out clips rollout parity tracks (None: all of them)
@@ -119,7 +119,7 @@ class StreamingSAM2Card(ModelCard):
         """The predictor settings this card is measured and deployed with: SAM 2.1's memory
         sizes at ``image_size``, the card's ``stream_options``, and card options named like
         one of STREAM_OPTION_NAMES on top (e.g. ``--option memory_min_iou=null``)."""
-        from edgekit.sam2_stream import StreamConfig
+        from edgekit.segmentation.stream import StreamConfig
 
         chosen = dict(self.stream_options)
         chosen |= {k: v for k, v in self.options.items() if k in STREAM_OPTION_NAMES}
@@ -174,10 +174,10 @@ class StreamingSAM2Card(ModelCard):
             "color": "RGB",
             "layout": "NCHW",
             "resize": [s, s],
-            "resize_method": "bilinear, anti-aliased (edgekit.sam2_stream)",
+            "resize_method": "bilinear, anti-aliased (edgekit.segmentation.stream)",
             "scale": "divide 8-bit values by 255 -> float32 in [0, 1]",
             "normalize": "ImageNet mean/std inside the image_encoder graph",
-            "pipeline": "edgekit.sam2_stream.SAM2Stream",
+            "pipeline": "edgekit.segmentation.stream.SAM2Stream",
             "stream_config": {
                 "image_size": s,
                 "num_maskmem": self.num_maskmem,
@@ -262,7 +262,7 @@ class StreamingSAM2Card(ModelCard):
         """Rollout parity over the first ``parity_clips`` held-out clips (every object prompted
         by its frame-0 mask, then tracked): mean and minimum per-frame mask IoU of candidate vs
         reference, and the largest low-res logit drift."""
-        from edgekit.sam2_rollout import rollout_parity
+        from edgekit.segmentation.rollout import rollout_parity
 
         ious, drift = [], []
         for clip in self.heldout()[: self.parity_clips]:

@@ -31,7 +31,7 @@ from edgekit.models.spectral_reg.continual import (
     TaskData,
     task_stream,
 )
-from edgekit.visit import softmax
+from edgekit.numeric import softmax
 
 GRAPH = "classifier"
 

@@ -311,7 +311,7 @@ def _bench(
     state: DaemonState, name: str, runtimes: list[str], config: Any, pause: bool
 ) -> dict[str, Any]:
     """Bench deployed bundle ``name`` (arguments checked by ``requests.bench_request``)."""
-    from edgekit.bench import bench_many, expand_targets
+    from edgekit.bench.engine import bench_many, expand_targets
 
     path = state.store.get(name).path
     targets = expand_targets([str(path)], runtimes)

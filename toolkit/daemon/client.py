@@ -113,8 +113,8 @@ class DaemonClient:
     def deploy(self, bundle_dir: str | os.PathLike[str], name: str | None = None) -> dict:
         """Pack ``bundle_dir`` and PUT it as ``name`` (default: the bundle's model name); the
         daemon verifies checksums, self-tests, then swaps. Returns the daemon's answer."""
-        from edgekit.archive import pack
-        from edgekit.bundle import Bundle
+        from edgekit.bundle.archive import pack
+        from edgekit.bundle.format import Bundle
 
         bundle = Bundle.load(bundle_dir)
         name = name or bundle.model
@@ -131,7 +131,7 @@ class DaemonClient:
     def bench(
         self, name: str, runtimes: list[str] | None = None, config: dict | None = None
     ) -> dict:
-        """The device's own bench report (schema edgekit.bench/1) of deployed bundle ``name``."""
+        """The device's own bench report (schema edgekit.bench.engine/1) of deployed bundle ``name``."""
         body = {"bundle": name, "runtimes": runtimes or [], "config": config or {}}
         return self._call("POST", "/bench", json=body, headers=self._auth())
 

@@ -18,9 +18,9 @@ def deploy_checked(
     the self-test), then the bundle self-tests here. Any failure keeps the serving version.
 
     Returns the store's deploy record; its ``check`` holds runtime, passed, graphs, fits."""
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.format import Bundle
+    from edgekit.bundle.selftest import selftest
     from edgekit.daemon.pipelines import BundleMisfitError
-    from edgekit.selftest import selftest
 
     users = [p for p in pipelines if p.bundle == name]
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bundle import Bundle
+from edgekit.bundle.format import Bundle
 from edgekit.daemon.store import BundleStore
 from edgekit.devices.camera import Camera, CaptureSettings, Frame
 from edgekit.errors import BundleError, InputError
@@ -193,7 +193,7 @@ class ClassifyPipeline(Pipeline):
         self.labels = list(bundle.manifest.get("labels") or [])
 
     def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
-        from edgekit.visit import classify, softmax, visit_from_logits
+        from edgekit.lens.visit import classify, softmax, visit_from_logits
 
         image = check_frame(frame.image)
         start = time.perf_counter()
@@ -216,7 +216,7 @@ class LensPipeline(Pipeline):
     with the setting the model itself prefers (the closed loop)."""
 
     budget_k: int = 6
-    prior: Any = None  # a lens_prior.SettingPrior over the camera's grid (daemon --lens-prior)
+    prior: Any = None  # a lens.prior.SettingPrior over the camera's grid (daemon --lens-prior)
 
     def fits(self, bundle: Bundle) -> list[str]:
         """An image classifier (``classifier_problems``) that scores a decision's candidate
@@ -230,7 +230,7 @@ class LensPipeline(Pipeline):
         self.controller = None  # rebuilt on the next frame with the new session
 
     def process(self, frame: Frame, ctx: Context) -> dict[str, Any]:
-        from edgekit.lens import LensController, camera_grid
+        from edgekit.lens.controller import LensController, camera_grid
 
         check_frame(frame.image)
         if self.controller is None:

@@ -12,14 +12,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from edgekit.bench import SCHEMA, BenchConfig
+from edgekit.bench.engine import SCHEMA, BenchConfig
 from edgekit.errors import EdgekitError
 
 
 def ensure_deployed(client: Any, bundle_dir: str) -> tuple[str, str]:
     """Deploy ``bundle_dir`` to ``client``'s daemon unless it already serves the same files.
     Returns (deployed name, "deployed" | "unchanged")."""
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.format import Bundle
     from edgekit.daemon.client import DaemonError
     from edgekit.daemon.store import content_id
 
@@ -45,7 +45,7 @@ def bench_devices(
     progress: bool = True,
     state_dir: Any = None,
 ) -> dict[str, Any]:
-    """One report (schema edgekit.bench/1) with a row per bundle x runtime x device.
+    """One report (schema edgekit.bench.engine/1) with a row per bundle x runtime x device.
 
     ``devices``: daemon addresses HOST:PORT; ``local``: also bench here (or a bench report
     measured here before, e.g. while no daemon competed for the CPU). Each row's ``device``
@@ -53,9 +53,9 @@ def bench_devices(
     environment its daemon recorded. A device that cannot be reached or fails gives failed
     rows naming the reason, never a silent gap.
     """
-    from edgekit.bench import bench_many, expand_targets
+    from edgekit.bench.engine import bench_many, expand_targets
+    from edgekit.bench.environment import environment
     from edgekit.daemon.client import DaemonClient
-    from edgekit.envinfo import environment
     from edgekit.progress import step_progress
 
     config = config or BenchConfig()

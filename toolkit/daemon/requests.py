@@ -180,7 +180,7 @@ def bench_request(body: Mapping[str, Any]) -> tuple[str, list[str], Any, bool]:
     """(bundle name, runtime specs, BenchConfig, pause pipelines) of a /bench body:
     ``{"bundle": NAME, "runtimes": ["onnxruntime", ...], "config": {...},
     "pause_pipelines": true}``; config fields are typed and bounded (``BENCH_LIMITS``)."""
-    from edgekit.bench import BenchConfig
+    from edgekit.bench.engine import BenchConfig
     from edgekit.daemon.store import check_name
     from edgekit.runtimes import parse_runtime_spec
 

@@ -1,11 +1,11 @@
 """The daemon's ``sam2-stream`` pipeline: SAM 2 streaming segmentation of the live camera.
 
-It runs a deployed SAM 2 bundle (the graphs of ``edgekit.sam2_graphs``, e.g. ``sam2-edge``)
-through ``edgekit.sam2_stream.SAM2Stream`` on the runtime the device profile picks. Objects come
+It runs a deployed SAM 2 bundle (the graphs of ``edgekit.segmentation.graphs``, e.g. ``sam2-edge``)
+through ``edgekit.segmentation.stream.SAM2Stream`` on the runtime the device profile picks. Objects come
 from ``POST /pipelines/sam2-stream/prompt``; without one, the pipeline prompts object 1 with
 a click at the frame centre, and re-prompts it after ``relock_after`` frames without the object
 (so a demo camera that changes scene keeps showing a mask). Masks are drawn on ``/frame.png``.
-A bundle fits it when its manifest states the graph set of ``edgekit.sam2_graphs``' contract.
+A bundle fits it when its manifest states the graph set of ``edgekit.segmentation.graphs``' contract.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from edgekit.bundle import Bundle
+from edgekit.bundle.format import Bundle
 from edgekit.daemon.pipelines import Context, Pipeline, check_frame
 from edgekit.daemon.store import BundleStore
 from edgekit.devices.camera import Frame
 from edgekit.errors import InputError
+from edgekit.segmentation.arrays import object_summary
 from edgekit.tensorspec import TensorSpec
 
 VIDEO_SEGMENTATION = "video-object-segmentation"
@@ -51,8 +52,8 @@ class Sam2StreamPipeline(Pipeline):
         return problems
 
     def load(self, store: BundleStore) -> None:
-        from edgekit.sam2_run import bundle_graph_set, bundle_stream_config
-        from edgekit.sam2_stream import SAM2Stream
+        from edgekit.segmentation.run import bundle_graph_set, bundle_stream_config
+        from edgekit.segmentation.stream import SAM2Stream
 
         bundle = store.get(self.bundle)
         sessions = {name: self.open_session(bundle, name) for name in bundle.graphs}
@@ -105,13 +106,13 @@ class Sam2StreamPipeline(Pipeline):
 
 def graph_set_problems(bundle: Bundle) -> list[str]:
     """What keeps ``bundle``'s manifest from being a SAM 2 graph set the stream can run:
-    every required graph of ``edgekit.sam2_graphs``; per graph the contract's input names
+    every required graph of ``edgekit.segmentation.graphs``; per graph the contract's input names
     (fed by name), outputs by name or, when a runtime renamed them, by count and position;
     every tensor's dtype and rank; fixed sizes consistent across graphs (S, C, h, w, Cm, ...
     taken from the first graph that fixes them); a square fixed image size; stream options
-    this edgekit knows (``sam2_run.bundle_stream_config``)."""
-    from edgekit import sam2_graphs as G
-    from edgekit.sam2_run import bundle_stream_config
+    this edgekit knows (``segmentation.run.bundle_stream_config``)."""
+    from edgekit.segmentation import graphs as G
+    from edgekit.segmentation.run import bundle_stream_config
 
     problems = []
     missing = [g for g in G.REQUIRED_GRAPHS if g not in bundle.graphs]
@@ -165,7 +166,7 @@ def _tensor_problems(contract: Any, stated: TensorSpec, dims: dict[str, int]) ->
     """Dtype, rank and fixed sizes of ``stated`` against the contract's tensor (at most one
     problem per tensor); fixed sizes a plain symbol names (``C``) are recorded in ``dims`` the
     first time they are seen."""
-    from edgekit.sam2_graphs import TensorContract
+    from edgekit.segmentation.graphs import TensorContract
 
     wanted = f"{contract.dtype}{list(contract.shape)}"
     what = f"tensor {stated.describe()} (contract '{contract.name}': {wanted})"
@@ -184,10 +185,3 @@ def _tensor_problems(contract: Any, stated: TensorSpec, dims: dict[str, int]) ->
         if expected != size:
             wrong.append(f"axis {axis} is {size}, expected {symbol} = {expected}")
     return [f"{what}: {', '.join(wrong)}"] if wrong else []
-
-
-def object_summary(mask: np.ndarray, score: float) -> dict[str, Any]:
-    """Area (pixels), bounding box (x0, y0, x1, y1) or None, and the object score."""
-    ys, xs = np.nonzero(mask)
-    box = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1] if len(xs) else None
-    return {"area": int(len(xs)), "box": box, "score": round(float(score), 4)}

@@ -63,8 +63,8 @@ def deploy_local(
     against ``pipelines``, self-test."""
     import json
 
-    from edgekit.archive import pack
-    from edgekit.bundle import Bundle
+    from edgekit.bundle.archive import pack
+    from edgekit.bundle.format import Bundle
     from edgekit.daemon.deploy import deploy_checked
 
     bundle = Bundle.load(bundle_dir)
@@ -219,14 +219,14 @@ def check_tls(
 
 
 def attach_lens_prior(pipes: list[Any], path: str | os.PathLike[str] | None, camera: Any) -> None:
-    """Give every Lens pipeline the calibrated setting prior at ``path`` (lens_prior JSON),
+    """Give every Lens pipeline the calibrated setting prior at ``path`` (lens.prior JSON),
     checked against ``camera``'s Lens grid before the daemon starts (InputError otherwise);
     the pipelines then score with the prior's VisiT variant (top-1 without a prior)."""
     if path is None:
         return
     from edgekit.daemon.pipelines import LensPipeline
-    from edgekit.lens import LensController, camera_grid
-    from edgekit.lens_prior import SettingPrior
+    from edgekit.lens.controller import LensController, camera_grid
+    from edgekit.lens.prior import SettingPrior
 
     lens = [p for p in pipes if isinstance(p, LensPipeline)]
     if not lens:

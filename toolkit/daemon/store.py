@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgekit.bundle import Bundle
+from edgekit.bundle.format import Bundle
 from edgekit.cache import atomic_write_text
 from edgekit.errors import BundleError, InputError
 
@@ -60,7 +60,7 @@ class BundleStore:
     """
 
     def __init__(self, root: str | os.PathLike[str], max_unpacked_bytes: int | None = None) -> None:
-        from edgekit.archive import MAX_ARCHIVE_BYTES
+        from edgekit.bundle.archive import MAX_ARCHIVE_BYTES
 
         self.root = Path(root)
         self.max_unpacked_bytes = max_unpacked_bytes or MAX_ARCHIVE_BYTES
@@ -139,7 +139,7 @@ class BundleStore:
 
         Returns {"name", "version", "previous", "check"} (check: what ``check`` returned).
         """
-        from edgekit.archive import unpack
+        from edgekit.bundle.archive import unpack
 
         versions = self._dir(name) / "versions"
         versions.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,95 @@
+"""CLI for SAM 2 streaming: ``edgekit bench-stream`` (a module-level function; ``register`` adds
+it to the app) and the paired
+comparison that ``edgekit eval NAME --against KEY=VALUE`` prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from edgekit.cli.common import console, handle_errors
+
+
+@handle_errors
+def bench_stream_cmd(
+    bundles: Annotated[
+        list[Path] | None, typer.Argument(help="SAM 2 bundle directories (graph sets)")
+    ] = None,
+    runtime: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--runtime",
+            help="RUNTIME\\[@DEVICE] per bundle, e.g. onnxruntime@cuda (repeat; default: all "
+            "here on cpu); torch@DEVICE places the --torch rows",
+        ),
+    ] = None,
+    frames: Annotated[int, typer.Option(help="frames streamed per row")] = 1000,
+    threads: Annotated[int, typer.Option(help="intra-op threads")] = 2,
+    torch_model: Annotated[
+        str | None, typer.Option("--torch", help="also stream this card's torch graphs")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option(help="output: the directory of stream-bench.json and stream-bench.png")
+    ] = Path("out/bench-stream"),
+) -> None:
+    """Stream a long clip through SAM 2 bundles per runtime: per-frame p50/p90, FPS, early
+    vs late frame cost and RSS (a flat line means a bounded memory bank)."""
+    from edgekit.bench.tables import write_report
+    from edgekit.errors import InputError
+    from edgekit.segmentation.bench import bench_streams, plot_stream_report, print_stream_report
+
+    if not bundles and not torch_model:
+        raise InputError("give SAM 2 bundle directories and/or --torch MODEL")
+    report = bench_streams(bundles or [], runtime or [], frames, threads, torch_model)
+    print_stream_report(report, console())
+    json_path = write_report(report, out / "stream-bench.json")
+    png = plot_stream_report(report, out / "stream-bench.png")
+    console().print(f"report: {json_path}, plot: {png}")
+    if any("error" in r for r in report["results"]):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer, *_: Any) -> None:
+    """Add ``bench-stream`` to ``app`` (further arguments, the error handler and console older
+    callers pass, are not needed: the command imports its own)."""
+    app.command("bench-stream")(bench_stream_cmd)
+
+
+def paired_table(
+    card: Any, runners: Any, label: str, options: dict[str, Any], from_bundle: bool
+) -> str:
+    """``edgekit eval NAME --against ...``: A = ``card`` on ``runners``, B = the card with
+    ``options`` on top (A's graphs when only stream options change; other weights build
+    their own torch graphs, which a bundle cannot); returns evaluation.format_paired's table with a title."""
+    from edgekit.build.verify import reference_runners
+    from edgekit.errors import InputError
+    from edgekit.models.sam2_edge.evaluation import format_paired
+    from edgekit.models.sam2_edge.stream_card import STREAM_OPTION_NAMES
+
+    if not hasattr(card, "compare"):
+        raise InputError(
+            f"--against compares two settings of a SAM 2 card on the same clips; "
+            f"'{card.name}' is not one"
+        )
+    other = card.against(options)
+    weights = sorted(k for k in options if k not in STREAM_OPTION_NAMES)
+    if weights and from_bundle:
+        raise InputError(
+            f"with --bundle, --against may change only stream options "
+            f"({', '.join(STREAM_OPTION_NAMES)}); {', '.join(weights)} would need other "
+            "graphs: compare on torch instead"
+        )
+    # stream options only: B runs A's very graphs (no second load, same weights for sure)
+    other_runners = reference_runners(other) if weights else runners
+    rows = card.compare(runners, other, other_runners)
+    given = ", ".join(f"{k}={v}" for k, v in card.options.items()) or "the card's options"
+    changed = ", ".join(f"{k}={v}" for k, v in options.items())
+    clips = len(card.heldout())
+    which = str(card.options.get("eval_set", "heldout")).replace("heldout", "held-out")
+    title = (
+        f"{card.name} [{label}], paired on {clips} {which} clips "
+        f"({rows['J&F']['objects']:.0f} objects): A = {given}; B = A with {changed}"
+    )
+    return format_paired(rows, title)

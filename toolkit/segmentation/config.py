@@ -1,0 +1,132 @@
+"""Settings of the streaming SAM 2 predictor (edgekit.segmentation.stream): SAM 2.1's by default, plus
+the inference-time options a card may choose (memory selection, non-overlap, post-processing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgekit.errors import InputError
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Predictor settings; the defaults are SAM 2.1's (``max_obj_ptrs`` 16 for a live stream).
+
+    Options that depart from SAM 2's video predictor defaults (all off by default):
+
+    - ``non_overlap``: SAM 2's non-overlap constraint on multi-object outputs (its predictor's
+      ``non_overlap_masks``): on every pixel only the object with the highest low-res logit
+      keeps its logit; the others' are clamped to at most -10 there. Output masks only.
+    - ``non_overlap_memory``: the same constraint on the masks the memory encoder sees (SAM 2's
+      ``non_overlap_masks_for_mem_enc``), so one object's drift onto another is not written
+      into its memory. Implies ``non_overlap`` for the outputs.
+    - ``memory_min_score``: memory selection by object score (as SAMURAI / SAM2Long select
+      memory frames by quality instead of recency). None: every tracked frame enters the
+      recent bank and its pointer joins the pointers (SAM 2). A number: only tracked frames
+      whose object score is above it do; the bank then holds the ``num_maskmem - 1`` most
+      recent *selected* frames and pointers, placed at temporal slots by rank (the i-th most
+      recent selected frame takes the slot of distance i), so frames where the object was
+      hidden or lost do not push its appearance out of memory.
+    - ``memory_min_iou``: the same selection by the IoU head's prediction for the chosen mask
+      (SAMURAI's mask-affinity test): only tracked frames whose predicted IoU is above it
+      enter the bank. Combined with ``memory_min_score``, a frame must pass both.
+    - ``multimask_tracking``: tracked frames take the best of the 3 multimask outputs by
+      predicted IoU (SAM 2's ``multimask_output_for_tracking``, True); False: the single-mask
+      output (token 0) and its pointer.
+    - ``mask_threshold``: output masks are the upsampled logits above it (SAM 2's
+      ``mask_threshold``, 0.0). Memory is not affected.
+    - ``fill_hole_area``: SAM 2.1's video post-processing (``fill_holes_in_mask_scores``, 8
+      in Meta's ``build_sam2_video_predictor`` when its CUDA kernel is built): background
+      components (holes, 8-connected) of at most this many low-res pixels become foreground
+      in the output masks. 0: off. Memory is not affected.
+    - ``remove_sprinkle_area``: the other half of SAM 2's image post-processing
+      (``max_sprinkle_area``): foreground components of at most this many low-res pixels
+      become background in the output masks. 0: off.
+    - ``memory_stride``: SAM 2's ``memory_temporal_stride_for_eval`` (1): the previous frame
+      always takes temporal slot 1; slot i >= 2 takes the frame ((t - 2) // r) * r - (i - 2) * r,
+      so the recent memory reaches back about (num_maskmem - 2) * r frames (a short occlusion
+      does not fill it). The bank keeps the frames of that window, still bounded. Not combined
+      with memory selection (which places frames by rank).
+    - ``refine_radius`` / ``refine_eps``: image-guided refinement of the output masks (0: off).
+      Each visible object's logits, upsampled to the encoder's input, become probabilities
+      that a colour guided filter (He et al., window radius ``refine_radius`` input pixels,
+      ridge ``refine_eps``) moves onto the frame's colour edges; the mask is the filtered
+      probability above sigmoid(``mask_threshold``) (``edgekit.segmentation.arrays.refine_mask``).
+      Output masks only: memory and ``low_res_logits`` are not affected.
+    """
+
+    image_size: int = 1024
+    num_maskmem: int = 7
+    max_obj_ptrs: int = 16
+    max_cond_frames: int = 4
+    memory_dtype: str = "bfloat16"  # "bfloat16" | "float32": how memory features are kept
+    multimask_max_points: int = 1  # up to this many points: best of the 3 multimask outputs
+    stability_delta: float = 0.05
+    stability_thresh: float = 0.98
+    corrections_as_conditioning: bool = False  # a corrected frame joins the conditioning frames
+    # inference-time options beyond SAM 2's video predictor defaults (see StreamConfig docs)
+    non_overlap: bool = False
+    non_overlap_memory: bool = False
+    memory_min_score: float | None = None
+    memory_min_iou: float | None = None
+    multimask_tracking: bool = True
+    mask_threshold: float = 0.0
+    fill_hole_area: int = 0
+    remove_sprinkle_area: int = 0
+    memory_stride: int = 1
+    refine_radius: int = 0
+    refine_eps: float = 1e-4  # sam2-edge's choice (chosen on its calibration clips)
+
+    def __post_init__(self) -> None:
+        if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
+            raise InputError(
+                f"bad StreamConfig {self}: image_size >= 32, num_maskmem >= 1, max_obj_ptrs >= 2"
+            )
+        if self.max_cond_frames < 1 or self.memory_dtype not in ("bfloat16", "float32"):
+            raise InputError(
+                f"bad StreamConfig {self}: max_cond_frames >= 1, memory_dtype bfloat16 | float32"
+            )
+        for name in ("fill_hole_area", "remove_sprinkle_area"):
+            area = getattr(self, name)
+            if isinstance(area, bool) or not isinstance(area, (int, np.integer)) or area < 0:
+                raise InputError(
+                    f"bad StreamConfig {name}={area!r}: expected an integer area in low-res "
+                    "pixels >= 0 (0: off)"
+                )
+        stride = self.memory_stride
+        if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
+            raise InputError(
+                f"bad StreamConfig memory_stride={stride!r}: expected an integer >= 1 (1: SAM 2)"
+            )
+        if stride > 1 and (self.memory_min_score is not None or self.memory_min_iou is not None):
+            raise InputError(
+                f"bad StreamConfig: memory_stride={stride} places memory frames by time, memory "
+                "selection (memory_min_score / memory_min_iou) by rank; use one of them"
+            )
+        radius = self.refine_radius
+        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
+            raise InputError(
+                f"bad StreamConfig refine_radius={radius!r}: expected an integer window radius "
+                "in input pixels >= 0 (0: off)"
+            )
+        if not (np.isfinite(self.refine_eps) and self.refine_eps > 0):
+            raise InputError(
+                f"bad StreamConfig refine_eps={self.refine_eps!r}: expected a finite ridge > 0 "
+                "(squared colour units, colours in [0, 1])"
+            )
+        if not np.isfinite(self.mask_threshold):
+            raise InputError(
+                f"bad StreamConfig mask_threshold={self.mask_threshold}: expected a finite logit"
+            )
+        if self.memory_min_iou is not None and not 0.0 <= self.memory_min_iou < 1.0:
+            raise InputError(
+                f"bad StreamConfig memory_min_iou={self.memory_min_iou}: expected None (keep "
+                "every frame, SAM 2) or a predicted IoU in [0, 1)"
+            )
+        if self.memory_min_score is not None and not np.isfinite(self.memory_min_score):
+            raise InputError(
+                f"bad StreamConfig memory_min_score={self.memory_min_score}: expected None "
+                "(keep every frame, SAM 2) or a finite object-score logit"
+            )
