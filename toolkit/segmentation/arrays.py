@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -104,22 +104,48 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = Fals
 
 def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
     """Mean of the last two axes of ``x`` over (2r+1) x (2r+1) windows, edge pixels repeated
-    beyond the border (the window never shrinks); float32 unless ``x`` is float64, same shape."""
+    beyond the border (the window never shrinks); float32 unless ``x`` is float64, same shape.
+    scipy's uniform filter where scipy is installed (about 3x faster), else ``box_mean_numpy``
+    (the lean device install); the two agree to float rounding."""
+    x = _float(x)
+    if radius <= 0:
+        return x.copy()
+    uniform_filter = _scipy_uniform_filter()
+    if uniform_filter is None:
+        return box_mean_numpy(x, radius)
+    k = 2 * radius + 1
+    return uniform_filter(x, size=(1,) * (x.ndim - 2) + (k, k), mode="nearest")
+
+
+@cache
+def _scipy_uniform_filter() -> Any:
+    try:
+        from scipy.ndimage import uniform_filter
+    except ImportError:
+        return None
+    return uniform_filter
+
+
+def box_mean_numpy(x: np.ndarray, radius: int) -> np.ndarray:
+    """``box_mean`` in numpy alone: running sums in float64 along each axis (window sum =
+    S[i + k - 1] - S[i - 1]) over the edge-padded input."""
     x = _float(x)
     if radius <= 0:
         return x.copy()
     k = 2 * radius + 1
     pad = [(0, 0)] * (x.ndim - 2) + [(radius, radius), (radius, radius)]
     total = np.pad(x.astype(np.float64), pad, mode="edge")
-    for axis in (-2, -1):  # running sums in float64: window sum = S[i + k] - S[i]
-        total = np.cumsum(total, axis=axis)
-        zero = np.zeros_like(np.take(total, [0], axis=axis))
-        total = np.concatenate([zero, total], axis=axis)
-        n = total.shape[axis] - k
-        total = np.take(total, np.arange(k, k + n), axis=axis) - np.take(
-            total, np.arange(0, n), axis=axis
-        )
-    return (total / (k * k)).astype(x.dtype)
+    for axis in (x.ndim - 2, x.ndim - 1):
+        np.cumsum(total, axis=axis, out=total)
+        head = [slice(None)] * x.ndim
+        head[axis] = slice(k - 1, None)
+        window = total[tuple(head)].copy()
+        rest, drop = list(head), list(head)
+        rest[axis], drop[axis] = slice(1, None), slice(None, -k)
+        window[tuple(rest)] -= total[tuple(drop)]
+        total = window
+    total *= 1.0 / (k * k)
+    return total.astype(x.dtype)
 
 
 def _float(x: np.ndarray) -> np.ndarray:
