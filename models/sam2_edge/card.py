@@ -80,7 +80,7 @@ DEFAULT_RECIPE = replace(  # stage 4's recipe with 4x the memory tokens (16x16 p
     init=STAGE4_RECIPE,
 )
 
-# A wider network (session 18; being trained, not the default): 2.3x the parameters (1.5M),
+# A wider network (an option, not the default): 2.3x the parameters (1.5M),
 # image embedding and transformers 96 wide, a deeper and wider CNN, 4 decoder / 2 memory
 # attention heads, and the full 16x16 memory grid from the first stage. Its stages are the
 # default recipe's first four with this architecture (the fifth only switched the memory grid).
@@ -130,7 +130,7 @@ class SAM2EdgeCard(StreamingSAM2Card):
     # default recipe's weights: J&F 77.0 against 76.5 with memory selection (SAMURAI's
     # thresholds, --option memory_min_score=0 --option memory_min_iou=0.5, the choice for the
     # two-stage recipe's weights). Output masks are refined by the frame's colours (a guided
-    # filter, radius 12 input pixels, ridge 1e-4; session 22): chosen on the calibration clips
+    # filter, radius 12 input pixels, ridge 1e-4): chosen on the calibration clips
     # (+3.91 +- 0.35 J&F paired, 100 clips), then measured once on 100 held-out clips (+4.08
     # +- 0.44, 76.2 -> 80.3). Bundles record the choice; run / bench-stream / the daemon
     # stream with it.
