@@ -89,28 +89,17 @@ class StreamConfig:
                 f"bad StreamConfig {self}: max_cond_frames >= 1, memory_dtype bfloat16 | float32"
             )
         for name in ("fill_hole_area", "remove_sprinkle_area"):
-            area = getattr(self, name)
-            if isinstance(area, bool) or not isinstance(area, (int, np.integer)) or area < 0:
-                raise InputError(
-                    f"bad StreamConfig {name}={area!r}: expected an integer area in low-res "
-                    "pixels >= 0 (0: off)"
-                )
+            self._check_int(name, 0, "an integer area in low-res pixels >= 0 (0: off)")
+        self._check_int("memory_stride", 1, "an integer >= 1 (1: SAM 2)")
         stride = self.memory_stride
-        if isinstance(stride, bool) or not isinstance(stride, (int, np.integer)) or stride < 1:
-            raise InputError(
-                f"bad StreamConfig memory_stride={stride!r}: expected an integer >= 1 (1: SAM 2)"
-            )
         if stride > 1 and (self.memory_min_score is not None or self.memory_min_iou is not None):
             raise InputError(
                 f"bad StreamConfig: memory_stride={stride} places memory frames by time, memory "
                 "selection (memory_min_score / memory_min_iou) by rank; use one of them"
             )
-        radius = self.refine_radius
-        if isinstance(radius, bool) or not isinstance(radius, (int, np.integer)) or radius < 0:
-            raise InputError(
-                f"bad StreamConfig refine_radius={radius!r}: expected an integer window radius "
-                "in input pixels >= 0 (0: off)"
-            )
+        self._check_int(
+            "refine_radius", 0, "an integer window radius in input pixels >= 0 (0: off)"
+        )
         if not (np.isfinite(self.refine_eps) and self.refine_eps > 0):
             raise InputError(
                 f"bad StreamConfig refine_eps={self.refine_eps!r}: expected a finite ridge > 0 "
@@ -130,3 +119,9 @@ class StreamConfig:
                 f"bad StreamConfig memory_min_score={self.memory_min_score}: expected None "
                 "(keep every frame, SAM 2) or a finite object-score logit"
             )
+
+    def _check_int(self, name: str, minimum: int, expected: str) -> None:
+        """InputError unless field ``name`` is an integer (not a bool) >= ``minimum``."""
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+            raise InputError(f"bad StreamConfig {name}={value!r}: expected {expected}")
