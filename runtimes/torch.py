@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from edgekit.card import GraphSpec
 from edgekit.errors import BundleError, DeviceUnavailableError, InputError
 from edgekit.runtimes.base import Runtime, RuntimeOptions, Session
 from edgekit.tensorspec import TensorSpec
@@ -199,3 +200,16 @@ class TorchRuntime(Runtime):
 
     def versions(self) -> dict[str, str]:
         return {"torch": torch.__version__}
+
+
+def eager_runners(graphs: Sequence[GraphSpec], device: str = "cpu") -> dict[str, Session]:
+    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name.
+
+    Every graph's I/O specs come first (one CPU forward on its example inputs each): graphs
+    may share one model, which the first session on a GPU moves there.
+    """
+    specs = [graph.io_specs() for graph in graphs]
+    return {
+        graph.name: TorchRuntime.from_module(graph.module, inputs, outputs, device)
+        for graph, (inputs, outputs) in zip(graphs, specs, strict=True)
+    }

@@ -13,10 +13,11 @@ from edgekit.card import Runner
 from edgekit.errors import InputError
 from edgekit.models.d3u.data import series, splits
 from edgekit.models.d3u.diffusion import Schedule, ddim_sample, ddim_timesteps, forecast_samples
-from edgekit.models.d3u.graphs import d3u_graphs, torch_runners
+from edgekit.models.d3u.graphs import d3u_graphs
 from edgekit.models.d3u.metrics import crps_gaussian, crps_samples
 from edgekit.models.d3u.patchdn import DiTBlock, PatchDN, PointForecaster
 from edgekit.models.d3u.train import D3UConfig, train_d3u
+from edgekit.runtimes.torch import eager_runners
 
 torch.set_num_threads(1)
 
@@ -132,7 +133,7 @@ def test_onnx_and_torch_samples_agree_under_the_same_noise(tmp_path: Path) -> No
     denoiser = _perturbed(PatchDN(C, L, H, patch=4, dim=16, depth=2, heads=2), 2)
     history = np.random.default_rng(0).normal(size=(5, C, L)).astype(np.float32)
     graphs = d3u_graphs(point, denoiser, history[:2], H)
-    reference, onnx = torch_runners(graphs), _onnx_runners(graphs, tmp_path)
+    reference, onnx = eager_runners(graphs), _onnx_runners(graphs, tmp_path)
     schedule = Schedule()
     ref, ref_point = forecast_samples(reference, history, 3, schedule, steps=10, seed=7)
     got, got_point = forecast_samples(onnx, history, 3, schedule, steps=10, seed=7)
@@ -172,7 +173,7 @@ def test_training_is_cached_and_residual_samples_beat_no_residual(
     assert not first.cached and again.cached
     assert len(list((tmp_path / "d3u").glob("d3u-*.pt"))) == 1
     test = config.data()["test"]
-    runners = torch_runners(d3u_graphs(again.point, again.denoiser, test.history[:2], H))
+    runners = eager_runners(d3u_graphs(again.point, again.denoiser, test.history[:2], H))
 
     def crps_with(denoiser: Runner) -> float:
         drawn, _ = forecast_samples(

@@ -26,21 +26,41 @@ FOLDERS = {
 }
 LAYERS: list[tuple[str, ...]] = [
     ("core",),
+    ("contracts",),
     ("models",),
     ("exporters",),
     ("bundle",),
     ("runtimes", "devices"),
     ("build", "bench"),
-    ("lens", "segmentation", "text_scorer"),
+    ("lens", "segmentation", "text_scorer", "studies"),
     ("daemon", "cluster"),
     ("cli",),
 ]
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
+# What a package publishes for the layers below to build and evaluate against: numpy over
+# graph callables and plain declarations, importing only the core and each other (no runtime,
+# bundle or device). The SAM 2 graph contract, streaming predictor, its config, prompts, array
+# maths, metrics and rollout parity (a streaming card's task metric is a rollout of that
+# predictor over its graphs); the decision-parity metrics cards evaluate with; the bundle
+# policy keys exporters write.
+CONTRACTS = {
+    *(
+        f"edgekit.segmentation.{name}"
+        for name in ("graphs", "arrays", "config", "prompts", "stream", "metrics", "rollout")
+    ),
+    "edgekit.build.decision_parity",
+    "edgekit.bundle.policy",
+}
 
 
 def package_of(module: str) -> str:
-    """The layer name of ``edgekit.x.y``: its first component below edgekit, or "core"."""
+    """The layer name of ``edgekit.x.y``: its first component below edgekit, or "core"; an
+    application's contract modules sit in "contracts", a model's study (``edgekit.models.NAME.experiment``) sits with the applications."""
+    if module in CONTRACTS:
+        return "contracts"
     parts = module.split(".")
+    if len(parts) == 4 and parts[1] == "models" and parts[3] == "experiment":
+        return "studies"
     return parts[1] if len(parts) > 1 and parts[1] in RANK else "core"
 
 
@@ -81,32 +101,13 @@ def reverse_imports() -> set[str]:
 
 # Reverse imports that exist today (the list only shrinks): bundles open runtime sessions and
 # self-test with tensor parity; the int8 exporter reads the CPU's flags from the bench
-# environment; seven server models' graph runners wrap the torch runtime; the SAM 2 models
-# build and evaluate against the segmentation application's graph contract and predictor.
+# environment; the photo classifier trains on the simulated camera's scenes.
 KNOWN = {
     "edgekit.bundle.format -> edgekit.runtimes",
     "edgekit.bundle.runtime -> edgekit.runtimes",
     "edgekit.bundle.selftest -> edgekit.build.parity",
-    "edgekit.exporters.onnx_fusion -> edgekit.bundle.policy",
     "edgekit.exporters.onnx_int8 -> edgekit.bench.environment",
-    "edgekit.models.bingoguard.card -> edgekit.build.decision_parity",
-    "edgekit.models.con_j.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.d3u.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.hissd.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.mm15.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.mmie.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.mtid.graphs -> edgekit.runtimes.torch",
-    "edgekit.models.omniedit.graphs -> edgekit.runtimes.torch",
     "edgekit.models.photo_cnn.data -> edgekit.devices.scenes",
-    "edgekit.models.sam2.graphs -> edgekit.segmentation.graphs",
-    "edgekit.models.sam2_edge.card -> edgekit.segmentation.graphs",
-    "edgekit.models.sam2_edge.evaluation -> edgekit.segmentation.metrics",
-    "edgekit.models.sam2_edge.evaluation -> edgekit.segmentation.stream",
-    "edgekit.models.sam2_edge.graphs -> edgekit.segmentation.graphs",
-    "edgekit.models.sam2_edge.rollout -> edgekit.segmentation.metrics",
-    "edgekit.models.sam2_edge.stream_card -> edgekit.segmentation.graphs",
-    "edgekit.models.sam2_edge.stream_card -> edgekit.segmentation.rollout",
-    "edgekit.models.sam2_edge.stream_card -> edgekit.segmentation.stream",
 }
 
 
@@ -134,3 +135,11 @@ def test_the_check_sees_a_reverse_import(tmp_path, monkeypatch) -> None:
     bad.write_text("def f():\n    from edgekit.daemon.app import create_app\n")
     monkeypatch.setitem(modules(), "edgekit.runtimes.bad", bad)
     assert "edgekit.runtimes.bad -> edgekit.daemon.app" in reverse_imports()
+
+
+def test_a_contract_module_may_not_reach_a_runtime(tmp_path, monkeypatch) -> None:
+    """The streaming predictor importing a runtime is caught: models build against it."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from edgekit.runtimes.onnxruntime import OnnxRuntime\n")
+    monkeypatch.setitem(modules(), "edgekit.segmentation.stream", bad)
+    assert "edgekit.segmentation.stream -> edgekit.runtimes.onnxruntime" in reverse_imports()

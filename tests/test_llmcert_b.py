@@ -186,7 +186,7 @@ def test_greedy_generators_agree_across_backends_and_inputs() -> None:
 
 @pytest.mark.slow
 def test_trained_lms_carry_and_drop_the_planted_bias() -> None:
-    from edgekit.models.llmcert_b.experiment import plain_answers, plain_unbiased
+    from edgekit.models.llmcert_b.corpus import plain_answers, plain_unbiased
     from edgekit.models.llmcert_b.lm import BiasLMConfig, train_cached
 
     for biased, want in ((True, 0.0), (False, 1.0)):

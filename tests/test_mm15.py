@@ -294,8 +294,9 @@ def test_onnx_greedy_decoding_matches_torch(
     pytest.importorskip("onnxruntime")
     from edgekit.exporters.onnx import export_onnx
     from edgekit.models.mm15.evaluate import greedy_decode, score
-    from edgekit.models.mm15.graphs import mm15_graphs, torch_runners
+    from edgekit.models.mm15.graphs import mm15_graphs
     from edgekit.runtimes import RuntimeOptions, get_runtime
+    from edgekit.runtimes.torch import eager_runners
 
     config = _tiny(tmp_path, monkeypatch)
     torch.manual_seed(1)
@@ -314,7 +315,7 @@ def test_onnx_greedy_decoding_matches_torch(
         for g in graphs
     }
     prompts = [e.prompt for e in examples]
-    ref, ref_first = greedy_decode(torch_runners(graphs), tiles, prompts, 6)
+    ref, ref_first = greedy_decode(eager_runners(graphs), tiles, prompts, 6)
     got, got_first = greedy_decode(onnx, tiles, prompts, 6)
     assert ref == got and len(set(ref)) > 1
     np.testing.assert_allclose(got_first, ref_first, atol=1e-4)

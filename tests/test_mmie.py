@@ -325,10 +325,11 @@ def test_training_is_cached_and_onnx_matches_torch(
 ) -> None:
     pytest.importorskip("onnxruntime")
     from edgekit.exporters.onnx import export_onnx
-    from edgekit.models.mmie.graphs import judge_graphs, torch_runners
+    from edgekit.models.mmie.graphs import judge_graphs
     from edgekit.models.mmie.judge import score_batch
     from edgekit.models.mmie.train import MMIEConfig, train_judge
     from edgekit.runtimes import RuntimeOptions, get_runtime
+    from edgekit.runtimes.torch import eager_runners
 
     monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
     config = MMIEConfig(
@@ -350,7 +351,7 @@ def test_training_is_cached_and_onnx_matches_torch(
         )
         for g in graphs
     }
-    ref_logits, ref_cov = score_batch(torch_runners(graphs), batches["test"])
+    ref_logits, ref_cov = score_batch(eager_runners(graphs), batches["test"])
     logits, cov = score_batch(onnx, batches["test"])
     np.testing.assert_allclose(logits, ref_logits, atol=1e-4)
     np.testing.assert_allclose(cov, ref_cov, atol=1e-5)

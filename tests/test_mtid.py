@@ -14,7 +14,7 @@ import torch
 
 from edgekit.errors import InputError
 from edgekit.models.mtid.denoiser import PlanDenoiser
-from edgekit.models.mtid.graphs import mtid_graphs, torch_runners
+from edgekit.models.mtid.graphs import mtid_graphs
 from edgekit.models.mtid.interpolation import LatentInterpolation
 from edgekit.models.mtid.layout import (
     Layout,
@@ -35,6 +35,7 @@ from edgekit.models.mtid.sampling import ddim_plan, plan
 from edgekit.models.mtid.schedule import Schedule, ddim_timesteps
 from edgekit.models.mtid.tasks import make_world, sample_plans, task_action_table
 from edgekit.models.mtid.train import MTIDConfig, train_mtid
+from edgekit.runtimes.torch import eager_runners
 
 torch.set_num_threads(1)
 
@@ -260,7 +261,7 @@ def test_onnx_and_torch_plans_agree_under_the_same_noise(tmp_path: Path) -> None
         rng.normal(size=(7, 4)).astype(np.float32),
     )
     graphs = mtid_graphs(clf, net, start[:2], goal[:2])
-    reference, onnx = torch_runners(graphs), _onnx_runners(graphs, tmp_path)
+    reference, onnx = eager_runners(graphs), _onnx_runners(graphs, tmp_path)
     schedule = Schedule(100)
     ref = plan(reference, start, goal, T, LAYOUT, schedule, steps=10, seed=5)
     got = plan(onnx, start, goal, T, LAYOUT, schedule, steps=10, seed=5)
@@ -290,7 +291,7 @@ def test_training_is_cached_and_learns_the_procedures(
     ):
         torch.testing.assert_close(a, b)
     test = config.data()["test"]
-    runners = torch_runners(
+    runners = eager_runners(
         mtid_graphs(again.classifier, again.denoiser, test.start[:2], test.goal[:2])
     )
     result = plan(runners, test.start, test.goal, 3, config.layout(), config.schedule(), 10)
@@ -303,7 +304,7 @@ def test_training_is_cached_and_learns_the_procedures(
 
     card = get_card("mtid", **asdict(config))
     assert card.train().cached
-    runners = torch_runners(card.graphs())
+    runners = eager_runners(card.graphs())
     golden = card.golden_inputs()
     assert runners["task"].run(golden["task"])["logits"].shape == (4, 3)
     assert runners["denoiser"].run(golden["denoiser"])["x0"].shape == (4, 3, 3 + 8 + 8)

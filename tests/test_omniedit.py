@@ -15,7 +15,7 @@ from edgekit.models.omniedit.curation import effective_sample_size, sampling_pro
 from edgekit.models.omniedit.datastats import auc
 from edgekit.models.omniedit.editors import Editor
 from edgekit.models.omniedit.evaluate import palette_index, psnr, run_edits, score_edits
-from edgekit.models.omniedit.graphs import editor_graph, torch_runner
+from edgekit.models.omniedit.graphs import editor_graph
 from edgekit.models.omniedit.judge import judge, rubric
 from edgekit.models.omniedit.scenes import (
     BACKGROUNDS,
@@ -32,6 +32,7 @@ from edgekit.models.omniedit.scenes import (
 )
 from edgekit.models.omniedit.specialists import FAILURES, failed_edit, run_specialists
 from edgekit.models.omniedit.train import OmniEditConfig, train_editor
+from edgekit.runtimes.torch import eager_runners
 
 torch.set_num_threads(1)
 
@@ -201,7 +202,7 @@ def test_onnx_matches_torch_with_a_dynamic_batch(tmp_path: Path) -> None:
     session = get_runtime("onnxruntime").load(
         export_onnx(graph, tmp_path / "editor.onnx", opset=17), "cpu", RuntimeOptions(threads=1)
     )
-    ref = run_edits(torch_runner(graph), test)
+    ref = run_edits(eager_runners([graph])[graph.name], test)
     got = run_edits(session, test)  # batch 7, exported with batch 2
     assert ref.shape == (7, 3, 16, 16) and np.abs(ref - test.source).max() > 1e-2
     np.testing.assert_allclose(got, ref, atol=1e-5)
@@ -235,7 +236,7 @@ def test_training_is_cached_and_learns(tmp_path: Path, monkeypatch: pytest.Monke
         torch.testing.assert_close(a, b)
     test = config.test_edits()
     graph = editor_graph(again.editor, test.source[:2], test.instruction[:2])
-    learned = score_edits(run_edits(torch_runner(graph), test), test)["mse"]
+    learned = score_edits(run_edits(eager_runners([graph])[graph.name], test), test)["mse"]
     assert learned < 0.9 * float(np.mean((test.source - test.target) ** 2))  # init = identity
 
 

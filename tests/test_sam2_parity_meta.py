@@ -428,7 +428,7 @@ def onnx_graphs(models, tmp_path_factory):
     pytest.importorskip("onnxruntime")
     from edgekit.exporters.onnx import export_onnx
     from edgekit.models.sam2 import graph_specs
-    from edgekit.segmentation.rollout import graph_set_from_files
+    from edgekit.segmentation.run import graph_set_from_files
 
     _, mine = models
     out = tmp_path_factory.mktemp("sam2_tiny_onnx")

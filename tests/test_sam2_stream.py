@@ -270,7 +270,7 @@ def micro_onnx(tmp_path_factory):
 def test_exported_graphs_match_torch_with_other_dynamic_sizes(micro_onnx):
     from edgekit.models.sam2 import torch_graph_set
     from edgekit.models.sam2.graphs import example_inputs
-    from edgekit.segmentation.rollout import graph_set_from_files
+    from edgekit.segmentation.run import graph_set_from_files
 
     model, files = micro_onnx
     ort = graph_set_from_files(files)
@@ -288,7 +288,8 @@ def test_exported_graphs_match_torch_with_other_dynamic_sizes(micro_onnx):
 def test_stream_through_exported_graphs_matches_torch(micro_onnx, runtime):
     pytest.importorskip(runtime)
     from edgekit.models.sam2 import torch_graph_set
-    from edgekit.segmentation.rollout import graph_set_from_files, rollout_parity
+    from edgekit.segmentation.rollout import rollout_parity
+    from edgekit.segmentation.run import graph_set_from_files
 
     model, files = micro_onnx
     clip = moving_disc_clip(6)

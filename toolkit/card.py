@@ -160,13 +160,6 @@ class ModelCard:
         axes: {"trt_max_shapes": {input: shape}}); the user's options override them."""
         return {}
 
-    # ---- experiments -----------------------------------------------------------------------
-    #: Cards with a study beyond ``evaluate`` (server-class methods, SAE polysemy) set this to
-    #: a method ``experiment(out: Path, show_progress: bool) -> dict``: it prints its tables,
-    #: writes report.json and its plots (PNG) under ``out`` and returns the report. ``edgekit
-    #: eval MODEL`` (no --bundle) runs it.
-    experiment: ClassVar[Callable[..., dict[str, Any]] | None] = None
-
     # ---- training --------------------------------------------------------------------------
     def train(self, progress: Callable[[float, str], None] | None = None) -> Any:
         """Train the compact variant in-repo (cached); cards with pretrained weights return None."""

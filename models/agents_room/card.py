@@ -17,7 +17,6 @@ import contextlib
 import json
 import weakref
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -99,12 +98,6 @@ class AgentsRoomCard(ModelCard):
         if self._trained is None:
             self._trained = train_cached(self.config, progress)
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Agents vs end-to-end on held-out premises (``experiment.py``)."""
-        from edgekit.models.agents_room.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

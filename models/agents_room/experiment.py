@@ -15,7 +15,7 @@ import random
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from edgekit.models.agents_room.scratchpad import PREMISE
 from edgekit.models.agents_room.train import StoryLMConfig, train_cached
 from edgekit.models.agents_room.world import LEXICON
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.agents_room.card import AgentsRoomCard
 
 DECODINGS = {"sampled T=1": 1.0, "greedy": 0.0}
 
@@ -303,3 +306,8 @@ def experiment(
     return write_study(
         run_study(config, show_progress=show_progress), out, print_table, plot, "agents_room.png"
     )
+
+
+def run(card: AgentsRoomCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval agents-room`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

@@ -192,12 +192,6 @@ class CertifiedUnlearningCard(ModelCard):
         self.config = UnlearnConfig(**options)
         self._result: UnlearnResult | None = None
 
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """The synthetic study (experiment.py): two tables, report.json and study.png."""
-        from edgekit.models.certified_unlearning.experiment import write_study
-
-        return write_study(out, show_progress)
-
     def _split(self) -> data.Split:
         return data.digits_split(self.config.forget, self.config.seed)
 

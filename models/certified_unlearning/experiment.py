@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.card import ModelCard
 from edgekit.models.certified_unlearning import certify, data, logistic
 
 
@@ -248,3 +249,9 @@ def write_study(
     plot_report(report, out / "study.png")
     console.print(f"wrote {out / 'report.json'} and {out / 'study.png'}")
     return report
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval certified-unlearning`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return write_study(Path(out), show_progress)

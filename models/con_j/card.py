@@ -80,12 +80,6 @@ class ConJCard(ModelCard):
             self._trained = train_all(self.config, progress)
         return self._trained
 
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """SFT judge vs Con-J vs positives-only vs Bradley-Terry (``experiment.py``)."""
-        from edgekit.models.con_j.experiment import experiment
-
-        return experiment(Path(out), show_progress, self.config)
-
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
         """ "judge" (the Con-J judge) and "reward" (MiniLM + Bradley-Terry head)."""

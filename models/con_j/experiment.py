@@ -17,12 +17,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.models.con_j.train import ConJConfig
 from edgekit.study import save_figure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.con_j.card import ConJCard
 
 METHODS = {
     "sft": "SFT judge (seed gold judgments)",
@@ -247,3 +250,8 @@ def experiment(
     report["plot"] = str(plot(report, out / "con-j.png"))
     atomic_write_text(out / "report.json", json.dumps(_clean(report), indent=1))
     return report
+
+
+def run(card: ConJCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval con-j`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

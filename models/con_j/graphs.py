@@ -84,14 +84,3 @@ def rewards(runner: Runner, feeds: Feeds, chunk: int = 64) -> np.ndarray:
         for s in range(0, n, chunk)
     ]
     return np.concatenate(out).astype(np.float64)
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

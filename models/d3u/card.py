@@ -13,7 +13,6 @@ minutes on one thread the first time). ``edgekit eval d3u`` runs the study in ex
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -69,12 +68,6 @@ class D3UCard(ModelCard):
         if self._trained is None:
             self._trained = train_d3u(self.config, progress)
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Point + Gaussian vs raw diffusion vs D3U (``experiment.py``)."""
-        from edgekit.models.d3u.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

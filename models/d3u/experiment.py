@@ -12,14 +12,18 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.models.d3u.evaluate import d3u_score, score_gaussian
-from edgekit.models.d3u.graphs import d3u_graphs, torch_runners
+from edgekit.models.d3u.graphs import d3u_graphs
 from edgekit.models.d3u.train import D3UConfig, train_d3u, train_raw_diffusion
+from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.d3u.card import D3UCard
 
 METHODS = ("point+gaussian", "raw diffusion", "D3U")
 
@@ -42,10 +46,10 @@ def run_study(
         step("train PatchDN on raw targets")
         raw = train_raw_diffusion(config)
         step("sample D3U and raw diffusion")
-        d3u_runners = torch_runners(
+        d3u_runners = eager_runners(
             d3u_graphs(d3u.point, d3u.denoiser, test.history[:2], config.horizon)
         )
-        raw_runners = torch_runners(
+        raw_runners = eager_runners(
             d3u_graphs(None, raw.denoiser, test.history[:2], config.horizon)
         )
         schedule = config.schedule()
@@ -178,3 +182,8 @@ def experiment(
     return write_study(
         run_study(config, show_progress=show_progress), out, print_table, plot, "d3u.png"
     )
+
+
+def run(card: D3UCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval d3u`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

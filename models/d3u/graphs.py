@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec
 from edgekit.models.d3u.patchdn import PatchDN, PointForecaster
 
 BATCH = {0: "batch"}
@@ -45,14 +45,3 @@ def d3u_graphs(
     axes = {name: BATCH for name in (*example, "x0")}
     specs.append(GraphSpec("denoiser", denoiser.eval(), example, ["x0"], axes))
     return specs
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

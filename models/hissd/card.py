@@ -13,7 +13,6 @@ three minutes on one thread the first time). ``edgekit eval hissd`` runs the stu
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -68,12 +67,6 @@ class HiSSDCard(ModelCard):
         if self._trained is None:
             self._trained = train_policy(self.config, "hissd", progress)
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """HiSSD vs common-skill-only vs behaviour cloning, seen and unseen agent counts."""
-        from edgekit.models.hissd.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

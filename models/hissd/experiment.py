@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from edgekit.models.hissd.data import BEHAVIOURS, episode_returns
 from edgekit.models.hissd.evaluate import rollout
 from edgekit.models.hissd.train import HiSSDConfig, train_policy
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.hissd.card import HiSSDCard
 
 METHODS = {"bc": "BC", "common": "common skills only", "hissd": "HiSSD"}
 
@@ -222,3 +225,8 @@ def experiment(
     return write_study(
         run_study(config, show_progress=show_progress), out, print_table, plot, "hissd.png"
     )
+
+
+def run(card: HiSSDCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval hissd`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

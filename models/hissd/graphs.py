@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec
 from edgekit.models.hissd.networks import SkillPolicy
 
 GRAPH = "policy"
@@ -20,14 +20,3 @@ def policy_graph(policy: SkillPolicy, entities: np.ndarray) -> GraphSpec:
     """GraphSpec of ``policy`` with ``entities`` (B, E, 5) as the example batch."""
     example = torch.from_numpy(np.ascontiguousarray(entities, dtype=np.float32))
     return GraphSpec(GRAPH, policy.eval(), {"entities": example}, ["logits"], AXES)
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

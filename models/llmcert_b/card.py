@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -133,7 +132,7 @@ class LLMCertBCard(ModelCard):
         with contextlib.suppress(TypeError):
             if runner in self._results:
                 return self._results[runner]
-        from edgekit.models.llmcert_b.experiment import plain_answers, plain_unbiased
+        from edgekit.models.llmcert_b.corpus import plain_answers, plain_unbiased
         from edgekit.models.llmcert_b.generators import TextGenerator
         from edgekit.models.llmcert_b.study import StudyConfig, certify_model
 
@@ -179,10 +178,3 @@ class LLMCertBCard(ModelCard):
             "next_token_top1_agreement": float((ref_top == cand_top).mean()),
             "answer_flip_rate": float(np.mean([a != b for a, b in pairs])),
         }
-
-    # ---- experiment ------------------------------------------------------------------------
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Certificates of the biased and debiased LMs: table, report.json, certificates.png."""
-        from edgekit.models.llmcert_b.experiment import run_experiment
-
-        return run_experiment(Path(out), show_progress)

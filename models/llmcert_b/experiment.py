@@ -14,29 +14,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from edgekit.models.llmcert_b import corpus
+from edgekit.card import ModelCard
+from edgekit.models.llmcert_b.corpus import plain_answers, plain_unbiased
 from edgekit.models.llmcert_b.study import StudyConfig, certify_model, summarise
 
 VARIANTS = {"biased": True, "debiased": False}
-
-
-def plain_answers(generator: Any) -> list[str]:
-    """Greedy answers to every (activity, group) prompt without prefix, pair by pair."""
-    prompts = [
-        corpus.TEMPLATE.format(group=g, activity=a)
-        for a in corpus.ACTIVITIES
-        for pair in corpus.PAIRS
-        for g in pair
-    ]
-    return list(generator.batch(prompts))
-
-
-def plain_unbiased(answers: list[str]) -> float:
-    """Share of consecutive (group A, group B) answers naming the same occupation."""
-    jobs = [corpus.occupation_of(t) for t in answers]
-    return float(np.mean([a == b for a, b in zip(jobs[::2], jobs[1::2], strict=True)]))
 
 
 def run_variant(biased: bool, config: StudyConfig, step: Any = None) -> dict[str, Any]:
@@ -143,3 +125,9 @@ def run_experiment(
     _plot(report, out / "certificates.png")
     atomic_write_text(out / "report.json", json.dumps(report, indent=1))
     return report
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval llmcert-b`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return run_experiment(Path(out), show_progress)

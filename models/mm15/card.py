@@ -98,12 +98,6 @@ class MM15Card(ModelCard):
             trained=trained,
         )
 
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Data-mixture ablation + splitting on / off (``experiment.py``)."""
-        from edgekit.models.mm15.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
-
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
         """ "image_encoder" and "decoder_step" (see the module docstring), batch dynamic."""

@@ -15,17 +15,21 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.models.mm15.coords import box_iou, denormalise_box, normalise_box
 from edgekit.models.mm15.evaluate import skill_scores
-from edgekit.models.mm15.graphs import mm15_graphs, torch_runners
+from edgekit.models.mm15.graphs import mm15_graphs
 from edgekit.models.mm15.mixture import DEFAULT_RECIPE, Recipe
 from edgekit.models.mm15.tasks import CATEGORIES, MAX_COUNT, SHAPES, Example
 from edgekit.models.mm15.train import MM15Config, train_recipe
+from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.mm15.card import MM15Card
 
 ABLATIONS = ("ocr", "count", "refer", "ground")
 COLUMNS = ("caption", "ocr", "ocr_char", "count", "refer", "ground")
@@ -61,7 +65,7 @@ def _score(config: MM15Config, recipe: Recipe, test_seed: int) -> dict[str, Any]
     trained = train_recipe(config, recipe)
     test = {c: config.examples(c, TEST_EXAMPLES, test_seed) for c in CATEGORIES}
     ex = test["ocr"][:2]
-    runners = torch_runners(
+    runners = eager_runners(
         mm15_graphs(trained.model, config.encode([e.image for e in ex]), "read")
     )
     metrics, decoded = skill_scores(runners, test, config.encode, config.size, config.bins)
@@ -208,3 +212,8 @@ def experiment(
     return write_study(
         run_study(config, show_progress=show_progress), out, print_table, plot, "mm15.png"
     )
+
+
+def run(card: MM15Card, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval mm15`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

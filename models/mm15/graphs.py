@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec
 from edgekit.models.mm15 import vocab
 from edgekit.models.mm15.model import DecoderStepGraph, ImageEncoderGraph, VisionLanguageModel
 
@@ -44,14 +44,3 @@ def mm15_graphs(net: VisionLanguageModel, tiles: np.ndarray, prompt: str) -> lis
             },
         ),
     ]
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

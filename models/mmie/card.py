@@ -15,7 +15,6 @@ CPU-minute, three minutes of wall time on a busy 2-core machine, the first time)
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -80,12 +79,6 @@ class MMIEScoreCard(ModelCard):
         if self._trained is None:
             self._trained = train_judge(self.config, progress, self.batches())
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Fine-tuned judge vs untuned and calibrated rule judges (``experiment.py``)."""
-        from edgekit.models.mmie.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

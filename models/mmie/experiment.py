@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from edgekit.models.mmie.parser import paper_parse, parse_many, try_parse_score
 from edgekit.models.mmie.rubrics import CATEGORIES
 from edgekit.models.mmie.train import MMIEConfig, train_judge
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.mmie.card import MMIEScoreCard
 
 JUDGES = ("untuned rules", "calibrated rules", "fine-tuned judge")
 SHORT = {"situational": "sit.", "project": "proj.", "reasoning": "reas."}
@@ -81,10 +84,11 @@ def run_study(config: MMIEConfig | None = None, show_progress: bool = True) -> d
     """Embed, train (or load) the judge, score the held-out items with every judge."""
     import torch
 
-    from edgekit.models.mmie.graphs import judge_graphs, torch_runners
+    from edgekit.models.mmie.graphs import judge_graphs
     from edgekit.models.mmie.judge import judge_texts, score_batch
     from edgekit.models.mmie.zeroshot import RuleThresholds, calibrate, rule_texts
     from edgekit.progress import step_progress
+    from edgekit.runtimes.torch import eager_runners
 
     torch.set_num_threads(1)
     config = config or MMIEConfig()
@@ -105,7 +109,7 @@ def run_study(config: MMIEConfig | None = None, show_progress: bool = True) -> d
             "calibrated rules": rule_texts(test, ref_img, ans_img, thresholds),
         }
         step("fine-tuned judge on held-out items")
-        runners = torch_runners(
+        runners = eager_runners(
             judge_graphs(trained.image_encoder, trained.head, test.take(np.arange(2)))
         )
         logits, coverage = score_batch(runners, test)
@@ -238,3 +242,8 @@ def experiment(
 ) -> dict[str, Any]:
     """Run the study, print its tables, write ``report.json`` and ``mmie.png`` under ``out``."""
     return write_study(run_study(config, show_progress), out, print_table, plot, "mmie.png")
+
+
+def run(card: MMIEScoreCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval mmie-score`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

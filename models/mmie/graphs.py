@@ -67,14 +67,3 @@ def module_runners(encoder: ImageEncoder, head: ScorerHead) -> dict[str, Runner]
         IMAGE_GRAPH: _ModuleRunner(encoder.eval(), ["embedding"]),
         SCORER_GRAPH: _ModuleRunner(head.eval(), ["logits", "coverage"]),
     }
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

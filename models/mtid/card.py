@@ -14,7 +14,6 @@ on one thread the first time). ``edgekit eval mtid`` runs the ablation study in 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -67,12 +66,6 @@ class MTIDCard(ModelCard):
         if self._trained is None:
             self._trained = train_mtid(self.config, progress)
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """MTID vs each component removed vs none (``experiment.py``)."""
-        from edgekit.models.mtid.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

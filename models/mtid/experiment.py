@@ -14,17 +14,21 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from edgekit.models.mtid.graphs import mtid_graphs, torch_runners
+from edgekit.models.mtid.graphs import mtid_graphs
 from edgekit.models.mtid.metrics import plan_metrics, step_accuracy
 from edgekit.models.mtid.oracle import map_plans
 from edgekit.models.mtid.sampling import plan
 from edgekit.models.mtid.tasks import Plans, World
 from edgekit.models.mtid.train import MTIDConfig, train_mtid
+from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.mtid.card import MTIDCard
 
 VARIANTS: dict[str, dict[str, bool]] = {
     "MTID": {},
@@ -69,7 +73,7 @@ def run_study(config: MTIDConfig | None = None, show_progress: bool = True) -> d
                 trained.classifier, trained.denoiser, test.start[:2], test.goal[:2]
             )
             result = plan(
-                torch_runners(graphs), test.start, test.goal, variant.horizon, variant.layout(),
+                eager_runners(graphs), test.start, test.goal, variant.horizon, variant.layout(),
                 variant.schedule(), variant.ddim_steps, seed=0,
             )  # fmt: skip
             rows[name] = score(result.actions, result.task, test, world) | {
@@ -181,3 +185,8 @@ def experiment(
 ) -> dict[str, Any]:
     """Run the study, print its table, write ``report.json`` and ``mtid.png`` under ``out``."""
     return write_study(run_study(config, show_progress), out, print_table, plot, "mtid.png")
+
+
+def run(card: MTIDCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval mtid`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec
 from edgekit.models.mtid.classifier import TaskClassifier
 from edgekit.models.mtid.denoiser import PlanDenoiser
 
@@ -53,14 +53,3 @@ def mtid_graphs(
             {name: BATCH for name in (*example, "x0")},
         ),
     ]
-
-
-def torch_runners(graphs: list[GraphSpec]) -> dict[str, Runner]:
-    """Torch eager sessions (the reference runtime) of ``graphs``, keyed by graph name."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    runners: dict[str, Runner] = {}
-    for graph in graphs:
-        inputs, outputs = graph.io_specs()
-        runners[graph.name] = TorchRuntime.from_module(graph.module, inputs, outputs)
-    return runners

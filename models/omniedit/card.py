@@ -13,7 +13,6 @@ experiment.py.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,12 +62,6 @@ class OmniEditCard(ModelCard):
         if self._trained is None:
             self._trained = train_editor(self.config, progress)
         return self._trained
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """Curation (none / filter / importance) x architecture study (``experiment.py``)."""
-        from edgekit.models.omniedit.experiment import experiment
-
-        return experiment(out, show_progress, self.config)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

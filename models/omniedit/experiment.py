@@ -16,17 +16,21 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.models.omniedit.datastats import curation_stats
 from edgekit.models.omniedit.editors import parameter_count
 from edgekit.models.omniedit.evaluate import evaluate_runner
-from edgekit.models.omniedit.graphs import editor_graph, torch_runner
+from edgekit.models.omniedit.graphs import editor_graph
 from edgekit.models.omniedit.scenes import TASKS
 from edgekit.models.omniedit.train import OmniEditConfig, train_editor, variant
+from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.models.omniedit.card import OmniEditCard
 
 RUNS = (
     ("editnet", "none"),
@@ -104,7 +108,7 @@ def run_study(
                 step(f"seed {seed}: train {arch} on {curation} data")
                 trained = train_editor(variant(seeded, arch, curation))
                 graph = editor_graph(trained.editor, test.source[:2], test.instruction[:2])
-                metrics, edited = evaluate_runner(torch_runner(graph), test)
+                metrics, edited = evaluate_runner(eager_runners([graph])[graph.name], test)
                 label = _label(arch, curation)
                 per_seed[label].append(
                     metrics
@@ -263,3 +267,8 @@ def experiment(
     ]
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     return report
+
+
+def run(card: OmniEditCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval omniedit`` (``edgekit.study.Study``), with the card's config."""
+    return experiment(Path(out), show_progress, card.config)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from edgekit.card import GraphSpec, Runner
+from edgekit.card import GraphSpec
 from edgekit.models.omniedit.editors import Editor
 
 GRAPH = "editor"
@@ -25,11 +25,3 @@ def editor_graph(editor: Editor, source: np.ndarray, instruction: np.ndarray) ->
     }
     axes = {name: BATCH for name in (*example, "edited")}
     return GraphSpec(GRAPH, editor.eval(), example, ["edited"], axes)
-
-
-def torch_runner(graph: GraphSpec) -> Runner:
-    """A torch eager session (the reference runtime) of ``graph``."""
-    from edgekit.runtimes.torch import TorchRuntime
-
-    inputs, outputs = graph.io_specs()
-    return TorchRuntime.from_module(graph.module, inputs, outputs)

@@ -110,12 +110,6 @@ class PoisonAuditCard(ModelCard):
         self._result: AuditResult | None = None
         self._model: methods.DigitsMLP | None = None
 
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """The study over every method (experiment.py): table, report.json, audit.png."""
-        from edgekit.models.poison_audit.experiment import write_study
-
-        return write_study(out, show_progress)
-
     # ---- training --------------------------------------------------------------------------
     def _path(self) -> Path:
         from edgekit.cache import cache_dir

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from edgekit.card import ModelCard
 from edgekit.models.poison_audit import audit, data, methods
 
 
@@ -152,3 +153,9 @@ def write_study(
     plot_report(report, out / "audit.png")
     console.print(f"wrote {out / 'report.json'} and {out / 'audit.png'}")
     return report
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval poison-audit`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return write_study(Path(out), show_progress)

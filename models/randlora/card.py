@@ -13,7 +13,6 @@ LoRA vs RandLoRA vs full fine-tuning study (``experiment.py``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,12 +76,6 @@ class RandLoRACard(ModelCard):
         if self._model is None:
             self._model = self.train().build()
         return self._model
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """LoRA vs RandLoRA vs full fine-tuning at matched parameters (``experiment.py``)."""
-        from edgekit.models.randlora.experiment import experiment
-
-        return experiment(out, show_progress)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

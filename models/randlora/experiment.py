@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from edgekit.card import ModelCard
 from edgekit.models.randlora import data
 from edgekit.models.randlora.layers import trainable_parameters
 from edgekit.models.randlora.rank import effective_rank, numerical_rank
@@ -238,3 +239,9 @@ def experiment(
     report["plot"] = str(plot(report, out / "randlora.png"))
     atomic_write_text(out / "report.json", json.dumps(report, indent=2))
     return report
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval randlora`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return experiment(Path(out), show_progress)

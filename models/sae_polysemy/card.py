@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -167,13 +166,6 @@ class SAEPolysemyCard(ModelCard):
     def sae_config(self) -> SAEConfig:
         """The SAE recipe: SAEConfig defaults, overridden by card options of the same name."""
         return config_from_options("sae-polysemy", SAEConfig, self.options)
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """The PS-Eval study: tables by variant, layer and hook point, report.json and
-        frontier.png under ``out`` (``report.eval_table``)."""
-        from edgekit.models.sae_polysemy.report import eval_table
-
-        return eval_table(out, show_progress)
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> SAEResult:
         """Train (10-30 s on 2 shared CPU cores, after one MiniLM pass over the corpus) or load

@@ -16,7 +16,6 @@ import contextlib
 import json
 import weakref
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -89,7 +88,7 @@ class SDLGCard(ModelCard):
     def semantic(self) -> Any:
         """The MiniLM cosine equivalence model at the calibrated threshold (cached)."""
         if self._semantic is None:
-            from edgekit.models.sdlg.experiment import cosine_equivalence
+            from edgekit.models.sdlg.semantic import cosine_equivalence
 
             self._semantic = cosine_equivalence()
         return self._semantic
@@ -194,13 +193,6 @@ class SDLGCard(ModelCard):
             "answer_flip_rate": float(np.mean([a["answer"] != b["answer"] for a, b in pairs])),
             "sdlg_entropy_max_error": float(max(abs(a["sdlg"] - b["sdlg"]) for a, b in pairs)),
         }
-
-    # ---- experiment ------------------------------------------------------------------------
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """The full study: table, roc.png and report.json under ``out`` (experiment.py)."""
-        from edgekit.models.sdlg.experiment import run_experiment
-
-        return run_experiment(self, Path(out), show_progress)
 
 
 def report_json(report: dict[str, Any]) -> str:

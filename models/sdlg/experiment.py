@@ -1,6 +1,5 @@
 """``edgekit eval sdlg``: SDLG's knobs chosen on the calibration questions (tuning.py, cached),
-then the full study on every evaluated corpus question, its tables, roc.png and report.json;
-and the calibrated MiniLM equivalence model the card and the study share."""
+then the full study on every evaluated corpus question, its tables, roc.png and report.json."""
 
 from __future__ import annotations
 
@@ -9,33 +8,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgekit.cache import atomic_write_text, cache_dir, recipe_key
+from edgekit.cache import atomic_write_text, cache_dir
 from edgekit.models.sdlg.sdlg import SDLGConfig
-from edgekit.models.sdlg.semantic import CosineEquivalence
 
 BEAMS = (1, 2, 5)  # completion beam widths tried on the calibration split (5: the paper's)
-THRESHOLD_VERSION = 1  # bump when the threshold calibration changes (pairs, similarity, choice); edits that do not change it keep it
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.sdlg.card import SDLGCard
-
-
-def cosine_equivalence() -> CosineEquivalence:
-    """MiniLM cosine equivalence at the threshold ``study.calibrate_threshold`` picks, cached
-    under ``cache_dir("sdlg")`` by ``recipe_key("sdlg-threshold", THRESHOLD_VERSION)``."""
-    from edgekit.models.sdlg.study import calibrate_threshold
-
-    path = cache_dir("sdlg") / f"threshold-{recipe_key('sdlg-threshold', THRESHOLD_VERSION)}.json"
-    if path.exists():
-        calibration = json.loads(path.read_text())
-        semantic = CosineEquivalence(calibration["threshold"])
-    else:
-        semantic = CosineEquivalence(1.0)
-        calibration = calibrate_threshold(semantic)
-        semantic.threshold = calibration["threshold"]
-        atomic_write_text(path, json.dumps(calibration, indent=1))
-    semantic.calibration = calibration  # type: ignore[attr-defined]
-    return semantic
 
 
 def plot_roc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> None:
@@ -208,3 +187,8 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
     }
     atomic_write_text(out / "report.json", report_json(report))
     return report
+
+
+def run(card: SDLGCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval sdlg`` (``edgekit.study.Study``), with the card's config."""
+    return run_experiment(card, Path(out), show_progress)

@@ -24,6 +24,7 @@ NLI case.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from edgekit.cache import atomic_write_text, cache_dir, recipe_key
 from edgekit.errors import InputError
 from edgekit.models.sdlg.lm import CLS_ID, SEP_ID, VOCAB_SIZE, token_strings
 
@@ -287,3 +289,25 @@ class NLIEquivalence:
         grads = embeds.grad[:, span].numpy().astype(np.float64)  # (1, T, d)
         e = embeds[0, span].detach().numpy().astype(np.float64)
         return Attribution(word_attribution(grads, e, word_groups(answer)), grads, signed=True)
+
+
+THRESHOLD_VERSION = 1
+# bump when the threshold calibration changes (pairs, similarity, choice); edits that do not change it keep it
+
+
+def cosine_equivalence() -> CosineEquivalence:
+    """MiniLM cosine equivalence at the threshold ``study.calibrate_threshold`` picks, cached
+    under ``cache_dir("sdlg")`` by ``recipe_key("sdlg-threshold", THRESHOLD_VERSION)``."""
+    from edgekit.models.sdlg.study import calibrate_threshold
+
+    path = cache_dir("sdlg") / f"threshold-{recipe_key('sdlg-threshold', THRESHOLD_VERSION)}.json"
+    if path.exists():
+        calibration = json.loads(path.read_text())
+        semantic = CosineEquivalence(calibration["threshold"])
+    else:
+        semantic = CosineEquivalence(1.0)
+        calibration = calibrate_threshold(semantic)
+        semantic.threshold = calibration["threshold"]
+        atomic_write_text(path, json.dumps(calibration, indent=1))
+    semantic.calibration = calibration  # type: ignore[attr-defined]
+    return semantic

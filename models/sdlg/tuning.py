@@ -30,9 +30,8 @@ from edgekit.errors import InputError
 from edgekit.models.sdlg.causal_lm import CausalLM
 from edgekit.models.sdlg.corpus import Fact, is_correct
 from edgekit.models.sdlg.entropy import auroc, sdlg_semantic_entropy
-from edgekit.models.sdlg.experiment import THRESHOLD_VERSION
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig, SDLGResult
-from edgekit.models.sdlg.semantic import EquivalenceModel
+from edgekit.models.sdlg.semantic import THRESHOLD_VERSION, EquivalenceModel
 
 CALIBRATION_PARAPHRASE = 1
 EVALUATION_PARAPHRASE = 0

@@ -111,12 +111,6 @@ class SpectralRegCard(ModelCard):
         """The final continual model (eval mode)."""
         return self.train().result.model  # type: ignore[return-value]
 
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """None / L2 / L2-to-init / spectral over the task stream (``experiment.py``)."""
-        from edgekit.models.spectral_reg.experiment import experiment
-
-        return experiment(out, show_progress)
-
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
         """One graph "classifier": pixels (B, 64) float32 -> logits (B, 10) float32."""

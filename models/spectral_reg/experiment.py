@@ -20,6 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from edgekit.card import ModelCard
 from edgekit.models.spectral_reg.cache import continual_cached
 from edgekit.models.spectral_reg.continual import ContinualConfig
 from edgekit.study import save_figure, write_study
@@ -164,3 +165,9 @@ def experiment(
         plot,
         "spectral_reg.png",
     )
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval spectral-reg`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return experiment(Path(out), show_progress)

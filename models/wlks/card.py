@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -110,12 +109,6 @@ class WLKSCard(ModelCard):
             result.seconds,
             result,
         )
-
-    def experiment(self, out: Path, show_progress: bool = True) -> dict[str, Any]:  # type: ignore[override]
-        """k = 0 / k = D / combined WLKS vs a GIN on the four tasks (``experiment.py``)."""
-        from edgekit.models.wlks.experiment import experiment
-
-        return experiment(out, show_progress)
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

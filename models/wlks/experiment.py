@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from edgekit.card import ModelCard
 from edgekit.models.wlks.gnn import train_gnn
 from edgekit.models.wlks.method import KERNELS, fit_wlks
 from edgekit.models.wlks.svm import DEPTHS
@@ -163,3 +164,9 @@ def experiment(
     return write_study(
         run_study(seeds, show_progress=show_progress), out, print_table, plot, "wlks.png"
     )
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval wlks`` (``edgekit.study.Study``);
+    its settings are fixed: the card's options do not change them."""
+    return experiment(Path(out), show_progress)

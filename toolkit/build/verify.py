@@ -83,16 +83,9 @@ def budget_for(card: ModelCard, precision: str, budget: float | None = None) -> 
 def reference_runners(card: ModelCard, device: str = "cpu") -> dict[str, Runner]:
     """Torch eager sessions of the card's graphs on ``device``: the reference every artifact
     is held to (on "cpu"), or the eager rows of a GPU bench (on "cuda")."""
-    from edgekit.runtimes.torch import TorchRuntime
+    from edgekit.runtimes.torch import eager_runners
 
-    # Every graph's I/O specs come first (one CPU forward on its example inputs each): graphs
-    # may share one model, which the first session on a GPU moves there.
-    graphs = card.graphs()
-    specs = [graph.io_specs() for graph in graphs]
-    return {
-        graph.name: TorchRuntime.from_module(graph.module, inputs, outputs, device)
-        for graph, (inputs, outputs) in zip(graphs, specs, strict=True)
-    }
+    return eager_runners(card.graphs(), device)
 
 
 def verify_runners(

@@ -1,5 +1,6 @@
-"""CLI command ``edgekit eval``: a model's task metrics (torch or a bundle), an experiment card's
-study, an LLM judge, or the Lens benchmark (a module-level function; ``register`` adds it)."""
+"""CLI command ``edgekit eval``: a model's task metrics (torch or a bundle), its study
+(``edgekit.study``), an LLM judge, or the Lens benchmark (a module-level function;
+``register`` adds it)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def eval_cmd(
         Path | None,
         typer.Option(
             help="output: lens, the directory of its report and plots (default out/lens); an "
-            "experiment card, its directory (default out/MODEL); --ray, the grid report JSON"
+            "model with a study, its directory (default out/MODEL); --ray, the grid report JSON"
         ),
     ] = None,
     seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
@@ -146,6 +147,7 @@ def eval_cmd(
         return
     from edgekit.build.verify import reference_runners
     from edgekit.registry import get_card
+    from edgekit.study import study_for
 
     options = parse_options(option)
     if bundle is not None and not options:  # the options the bundle was exported with
@@ -153,8 +155,9 @@ def eval_cmd(
 
         options = dict(Bundle.load(bundle).manifest.get("source", {}).get("options") or {})
     card = get_card(model, **options)
-    if bundle is None and judge is None and card.experiment is not None:
-        card.experiment(out or Path("out") / model, True)
+    study = study_for(card) if bundle is None and judge is None else None
+    if study is not None:
+        study(card, out or Path("out") / model, True)
         return
     if judge is not None:
         if not hasattr(card, "judge"):

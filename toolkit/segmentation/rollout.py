@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,22 +68,6 @@ def rollout_parity(
             diffs.append(float(np.abs(ref.low_res_logits[obj] - got.low_res_logits[obj]).max()))
         drift.append(max(diffs))
     return RolloutParity(ious, drift, area)
-
-
-def graph_set_from_files(
-    files: Mapping[str, str | Path], runtime: str = "onnxruntime", threads: int | None = None
-) -> dict[str, GraphFn]:
-    """A graph set from exported graph files (graph name -> path) run by an edgekit runtime."""
-    from edgekit.runtimes import RuntimeOptions, get_runtime
-
-    backend = get_runtime(runtime)
-    options = RuntimeOptions(threads=threads)
-    graphs = {
-        name: with_contract_names(name, backend.load(Path(path), "cpu", options))
-        for name, path in files.items()
-    }
-    G.check_graph_set(graphs)
-    return graphs
 
 
 def with_contract_names(graph: str, session: Any) -> GraphFn:

@@ -15,11 +15,14 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgekit.errors import BundleError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from edgekit.segmentation.stream import GraphFn
 
 
 def sam2_bundle(bundle_or_model: str, target: str = "onnx-fp32") -> Any:
@@ -53,6 +56,24 @@ def bundle_graph_set(bundle: Any, sessions: Mapping[str, Any] | None = None, **o
 
     sessions = sessions or {name: bundle.session(name, **options) for name in bundle.graphs}
     graphs = {name: with_contract_names(name, s) for name, s in sessions.items()}
+    check_graph_set(graphs)
+    return graphs
+
+
+def graph_set_from_files(
+    files: Mapping[str, str | Path], runtime: str = "onnxruntime", threads: int | None = None
+) -> dict[str, GraphFn]:
+    """A graph set from exported graph files (graph name -> path) run by an edgekit runtime."""
+    from edgekit.runtimes import RuntimeOptions, get_runtime
+    from edgekit.segmentation.graphs import check_graph_set
+    from edgekit.segmentation.rollout import with_contract_names
+
+    backend = get_runtime(runtime)
+    options = RuntimeOptions(threads=threads)
+    graphs = {
+        name: with_contract_names(name, backend.load(Path(path), "cpu", options))
+        for name, path in files.items()
+    }
     check_graph_set(graphs)
     return graphs
 

@@ -3,7 +3,8 @@
 ``SAM2Stream`` runs over a *graph set*: graph name -> callable ``feeds -> outputs`` on numpy
 arrays, the graphs of the contract in ``edgekit.segmentation.graphs`` (a torch model wrapped by
 ``edgekit.models.sam2.torch_graph_set``, or runtime sessions from
-``edgekit.segmentation.rollout.graph_set_from_files``). Prompts and their checks: ``edgekit.segmentation.prompts``.
+``edgekit.segmentation.run.graph_set_from_files``). Prompts and their checks:
+``edgekit.segmentation.prompts``.
 The predictor itself is numpy only.
 
 Per object the memory bank holds its conditioning (prompted) frames (at most

@@ -1,0 +1,16 @@
+"""``edgekit eval sae-polysemy``: the PS-Eval study (``report.eval_table``): tables by variant,
+layer and hook point, report.json and frontier.png."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from edgekit.card import ModelCard
+from edgekit.models.sae_polysemy.report import eval_table
+
+
+def run(card: ModelCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
+    """The study behind ``edgekit eval sae-polysemy`` (``edgekit.study.Study``); its settings
+    are fixed: the card's options do not change them."""
+    return eval_table(Path(out), show_progress)
