@@ -11,6 +11,11 @@ requests until one carries the request within ``tolerance`` (the sensor quantise
 lines and gain to its gain codes: default exposure within max(2 %, 30 us ~ one line), gain within
 2 %) and returns it with ``Frame.dropped_frames``; none within ``max_wait_frames`` frames or
 ``timeout_s`` raises SettingsTimeout. Auto-exposure requests take the next frame.
+
+Frame duration: libcamera cuts an exposure to the longest frame the ``FrameDurationLimits``
+allow, so a manual exposure longer than the configuration's limit would never be reached. Each
+manual request widens the limits to at least its exposure; auto exposure gets the
+configuration's limits back.
 """
 
 from __future__ import annotations
@@ -35,13 +40,26 @@ US_PER_S = 1_000_000  # ExposureTime unit: microseconds
 ISO_PER_UNIT_GAIN = 100.0  # AnalogueGain 1.0 <-> ISO 100
 
 
-def picamera2_controls(settings: CaptureSettings) -> dict[str, Any]:
-    """libcamera controls for already-clamped ``settings`` (for ``Picamera2.set_controls``)."""
+def picamera2_controls(
+    settings: CaptureSettings, frame_limits_us: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """libcamera controls for already-clamped ``settings`` (for ``Picamera2.set_controls``).
+
+    ``frame_limits_us``: the configuration's (shortest, longest) frame duration in microseconds;
+    given, a manual exposure longer than the longest frame raises that limit to the exposure
+    (libcamera cuts exposures to the frame duration) and auto exposure restores the limits.
+    """
     if settings.auto_exposure:
-        return {"AeEnable": True}
-    controls: dict[str, Any] = {"AeEnable": False}
+        controls: dict[str, Any] = {"AeEnable": True}
+        if frame_limits_us is not None:
+            controls["FrameDurationLimits"] = tuple(int(v) for v in frame_limits_us)
+        return controls
+    controls = {"AeEnable": False}
     if settings.shutter_s is not None:
         controls["ExposureTime"] = max(1, round(settings.shutter_s * US_PER_S))
+        if frame_limits_us is not None:
+            shortest, longest = (int(v) for v in frame_limits_us)
+            controls["FrameDurationLimits"] = (shortest, max(longest, controls["ExposureTime"]))
     if settings.iso is not None:
         controls["AnalogueGain"] = float(settings.iso) / ISO_PER_UNIT_GAIN
     return controls
@@ -67,6 +85,19 @@ def capabilities_from_camera_controls(camera_controls: dict[str, tuple]) -> dict
         lo, hi = camera_controls["AnalogueGain"][:2]
         caps["iso"] = ControlRange("iso", lo * ISO_PER_UNIT_GAIN, hi * ISO_PER_UNIT_GAIN)
     return caps
+
+
+def frame_limits(
+    config: dict[str, Any], camera_controls: dict[str, tuple]
+) -> tuple[int, int] | None:
+    """(shortest, longest) frame duration in microseconds the configuration sets, else the
+    sensor's range from ``camera_controls``; None when neither names them."""
+    limits = (config.get("controls") or {}).get("FrameDurationLimits")
+    if limits is None and "FrameDurationLimits" in camera_controls:
+        limits = camera_controls["FrameDurationLimits"][:2]
+    if limits is None or len(limits) < 2 or None in tuple(limits[:2]):
+        return None
+    return int(limits[0]), int(limits[1])
 
 
 def _import_picamera2() -> Any:
@@ -108,6 +139,7 @@ class PiCamera2Camera(Camera):
             main={"format": "RGB888", "size": (size[1], size[0])}
         )
         self._cam.configure(config)
+        self.frame_limits_us = frame_limits(config, self._cam.camera_controls)
         self._cam.start()
 
     @classmethod
@@ -130,7 +162,7 @@ class PiCamera2Camera(Camera):
         applied, clamped = self.clamp(settings)
         start = time.perf_counter()
         try:
-            self._cam.set_controls(picamera2_controls(applied))
+            self._cam.set_controls(picamera2_controls(applied, self.frame_limits_us))
             request, actual, dropped = wait_for_settings(
                 self._read, applied, self.tolerance, camera="Raspberry Pi camera",
                 drop=lambda r: r.release(), max_frames=self.max_wait_frames,

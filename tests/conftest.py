@@ -77,3 +77,29 @@ def make_tiny_bundle(dest: Path, work: Path) -> Path:
 @pytest.fixture
 def tiny_bundle(tmp_path: Path) -> Path:
     return make_tiny_bundle(tmp_path / "tiny-bundle", tmp_path / "work")
+
+
+@pytest.fixture
+def one_torch_thread():  # noqa: ANN201
+    """Small tensors: one intra-op torch thread (two were measured 14x slower on shared cores)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def onnx_sessions(graphs: list, folder: Path) -> dict:
+    """ONNX Runtime sessions (one thread) of ``graphs`` (GraphSpecs) exported to ``folder``,
+    keyed by graph name."""
+    from edgekit.exporters.onnx import export_onnx
+    from edgekit.runtimes import RuntimeOptions, get_runtime
+
+    runtime = get_runtime("onnxruntime")
+    return {
+        g.name: runtime.load(
+            export_onnx(g, folder / f"{g.name}.onnx", opset=17), "cpu", RuntimeOptions(threads=1)
+        )
+        for g in graphs
+    }

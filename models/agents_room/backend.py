@@ -1,7 +1,7 @@
 """Text-generation backends: the one thing agents, orchestrators and judges call.
 
 A ``TextBackend`` maps a batch of prompts to a batch of continuations (plain text). The
-in-repo implementation, ``StoryLMBackend``, runs the story LM through sdlg's ``CausalLM``
+in-repo implementation, ``StoryLMBackend``, runs the story LM through tinylm's ``CausalLM``
 interface, so the same decoding works over torch or over an exported graph in any edgekit
 runtime Session (``from_runner``). ``hf_backend.TransformersBackend`` wraps a transformers
 causal LM loaded from a local path.
@@ -16,7 +16,7 @@ import numpy as np
 
 from edgekit.errors import InputError
 from edgekit.models.agents_room.vocab import CLS, EOS, SEP, CompactVocab, story_vocab
-from edgekit.models.sdlg.causal_lm import CausalLM, runner_backend, torch_backend
+from edgekit.models.tinylm.causal import CausalLM, runner_backend, torch_backend
 
 if TYPE_CHECKING:  # pragma: no cover
     from torch import nn

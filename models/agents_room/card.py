@@ -32,7 +32,7 @@ GRAPH = "lm"
 
 def _feeds(pairs: list[tuple[str, str]]) -> Feeds:
     """``[CLS] prompt [SEP] partial output`` rows, right-padded: ids/mask (B, S) int64."""
-    from edgekit.models.sdlg.causal_lm import pad
+    from edgekit.models.tinylm.causal import pad
 
     v = story_vocab()
     return dict(
@@ -59,7 +59,7 @@ def _golden_pairs(config: StoryLMConfig, count: int, seed: int) -> list[tuple[st
 
 
 class AgentsRoomCard(ModelCard):
-    """Story LM (sdlg's TinyCausalLM on a compact WordPiece vocabulary) + Agents' Room."""
+    """Story LM (tinylm's TinyCausalLM on a compact WordPiece vocabulary) + Agents' Room."""
 
     name: ClassVar[str] = "agents-room"
     tier: ClassVar[str] = "server"

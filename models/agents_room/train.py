@@ -1,4 +1,4 @@
-"""The story LM: sdlg's ``TinyCausalLM`` over the compact story vocabulary, trained and cached.
+"""The story LM: tinylm's ``TinyCausalLM`` over the compact story vocabulary, trained and cached.
 
 One LM serves every role, so agents and end-to-end generation are compared on the same
 weights. Its training pairs, per training story (premise + a random plan):
@@ -12,7 +12,7 @@ Sequences are ``[CLS] prompt [SEP] output [SEP]`` in compact ids; the loss is th
 cross-entropy of the output tokens and the final [SEP] only. Each batch holds pairs of one
 kind (planning, writing or end to end, drawn in proportion to their counts) so little of it
 is padding. Weights are cached under ``cache_dir("agents-room")`` keyed by
-``recipe_key("agents-room-story-lm", RECIPE_VERSION, ...)`` over the config and the sdlg LM's
+``recipe_key("agents-room-story-lm", RECIPE_VERSION, ...)`` over the config and tinylm's
 recipe version; a copy shipped in this package's ``weights/`` folder is used first.
 """
 
@@ -33,8 +33,8 @@ from edgekit.errors import InputError
 from edgekit.models.agents_room import scratchpad, world
 from edgekit.models.agents_room.scratchpad import Scratchpad
 from edgekit.models.agents_room.vocab import CLS, EOS, PAD, SEP, story_vocab
-from edgekit.models.sdlg import lm as sdlg_lm
-from edgekit.models.sdlg.lm import TinyCausalLM
+from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
+from edgekit.models.tinylm.model import TinyCausalLM
 
 Progress = Callable[[float, str], None]
 RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
@@ -75,8 +75,8 @@ class StoryLMConfig:
 
     def key(self) -> str:
         """Cache key (16 hex): ``recipe_key`` over "agents-room-story-lm", ``RECIPE_VERSION``,
-        this config and the version of the sdlg LM whose network it trains."""
-        config = asdict(self) | {"sdlg_lm": sdlg_lm.RECIPE_VERSION}
+        this config and the version of tinylm, whose network it trains."""
+        config = asdict(self) | {"sdlg_lm": TINYLM_VERSION}
         return recipe_key("agents-room-story-lm", RECIPE_VERSION, config)
 
 

@@ -1,6 +1,6 @@
 """A compact vocabulary over MiniLM's WordPiece ids: the tokens the story world can produce.
 
-Text is tokenised with MiniLM's WordPiece tokenizer (``edgekit.models.sdlg.lm.encode``); the
+Text is tokenised with MiniLM's WordPiece tokenizer (``edgekit.models.tinylm.tokens.encode``); the
 few hundred WordPiece ids the world's templates and lexicons use are renumbered 0..K-1 so the
 story LM's output layer is K wide instead of 30522 (training in minutes on one CPU thread).
 Compact ids 0-3 are [PAD], [UNK], [CLS], [SEP]; [SEP] doubles as end of text. A WordPiece id
@@ -39,20 +39,20 @@ class CompactVocab:
     @classmethod
     def from_texts(cls, texts: Iterable[str]) -> CompactVocab:
         """The specials, then every WordPiece id of ``texts`` in ascending id order."""
-        from edgekit.models.sdlg.lm import encode
+        from edgekit.models.tinylm.tokens import encode
 
         seen = {i for text in texts for i in encode(text)} - set(_WORDPIECE_SPECIALS)
         return cls([*_WORDPIECE_SPECIALS, *sorted(seen)])
 
     def encode(self, text: str) -> list[int]:
         """Compact ids of ``text`` (no [CLS]/[SEP]); unknown pieces become UNK."""
-        from edgekit.models.sdlg.lm import encode
+        from edgekit.models.tinylm.tokens import encode
 
         return [self._compact.get(i, UNK) for i in encode(text)]
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of compact ``ids`` (specials dropped, "##" pieces joined)."""
-        from edgekit.models.sdlg.lm import decode
+        from edgekit.models.tinylm.tokens import decode
 
         for i in ids:
             if not 0 <= int(i) < len(self):

@@ -21,7 +21,7 @@ from edgekit.models.con_j.contrastive_core import Request, select_contrastive
 from edgekit.models.con_j.generate import Decoder
 from edgekit.models.con_j.judge_format import pair_prompt, pair_verdict
 from edgekit.models.con_j.prefs import PrefPair
-from edgekit.models.sdlg.lm import EOS_ID
+from edgekit.models.tinylm.tokens import EOS_ID
 
 
 @dataclass

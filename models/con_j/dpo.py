@@ -20,7 +20,7 @@ from edgekit.models.con_j.contrastive import ContrastivePair
 from edgekit.models.con_j.generate import sequence_batch, sequence_log_probs
 from edgekit.models.con_j.judge_format import pair_prompt
 from edgekit.models.con_j.prefs import PrefPair
-from edgekit.models.sdlg.lm import TinyCausalLM
+from edgekit.models.tinylm.model import TinyCausalLM
 
 Progress = Callable[[float, str], None]
 

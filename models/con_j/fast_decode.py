@@ -17,8 +17,9 @@ import torch
 
 from edgekit.errors import InputError
 from edgekit.models.con_j.generate import Decoder
-from edgekit.models.sdlg.causal_lm import pad
-from edgekit.models.sdlg.lm import EOS_ID, Block, TinyCausalLM
+from edgekit.models.tinylm.causal import pad
+from edgekit.models.tinylm.model import Block, TinyCausalLM
+from edgekit.models.tinylm.tokens import EOS_ID
 
 CHUNK = 512  # rows decoded together
 

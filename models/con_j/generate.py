@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgekit.errors import InputError
-from edgekit.models.sdlg.causal_lm import log_softmax, pad
-from edgekit.models.sdlg.lm import EOS_ID, PAD_ID
+from edgekit.models.tinylm.causal import log_softmax, pad, runner_backend, torch_backend
+from edgekit.models.tinylm.tokens import EOS_ID, PAD_ID
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from edgekit.card import Runner
-    from edgekit.models.sdlg.lm import TinyCausalLM
+    from edgekit.models.tinylm.model import TinyCausalLM
 
 NextLogits = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # (prompts, rng or None for greedy) -> one continuation per prompt, EOS excluded
@@ -32,23 +32,12 @@ CHUNK = 256  # sequences per backend call
 
 def torch_next_logits(module: torch.nn.Module) -> NextLogits:
     """``NextLogits`` of a torch module ``(ids, mask) -> (B, V)`` under inference mode."""
-    import torch
-
-    def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        with torch.inference_mode():
-            return module(torch.from_numpy(ids), torch.from_numpy(mask)).float().numpy()
-
-    return run
+    return torch_backend(module)
 
 
 def runner_next_logits(runner: Runner, output: str = "next_logits") -> NextLogits:
     """``NextLogits`` over an edgekit runtime Session of the "judge" graph."""
-
-    def run(ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        out = runner.run({"input_ids": ids, "attention_mask": mask})
-        return np.asarray(out[output], dtype=np.float32)
-
-    return run
+    return runner_backend(runner, output)
 
 
 def logits_decoder(next_logits: NextLogits, temperature: float = 1.0) -> Decoder:

@@ -18,8 +18,8 @@ from edgekit.models.con_j.judge_format import pair_prompt
 from edgekit.models.con_j.modules import JudgeNextToken, RewardHead, RewardModel
 from edgekit.models.con_j.prefs import PrefPair
 from edgekit.models.con_j.reward_model import answer_text
-from edgekit.models.sdlg.causal_lm import pad
-from edgekit.models.sdlg.lm import TinyCausalLM
+from edgekit.models.tinylm.causal import pad
+from edgekit.models.tinylm.model import TinyCausalLM
 
 AXES = {0: "batch", 1: "sequence"}
 

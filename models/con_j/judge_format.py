@@ -1,4 +1,4 @@
-"""The judge's text format in MiniLM WordPiece ids (the vocabulary of the SDLG TinyCausalLM).
+"""The judge's text format in MiniLM WordPiece ids (the vocabulary of tinylm's TinyCausalLM).
 
 Prompt: ``[CLS] question [SEP] a : answer a [SEP] b : answer b [SEP]``, with a hint
 ``hint : a [SEP]`` appended for hint-driven sampling ("answer a is known to be better").
@@ -21,7 +21,7 @@ from functools import lru_cache
 from edgekit.errors import InputError
 from edgekit.models.con_j.prefs import LONG_FORM, PrefPair
 from edgekit.models.sdlg.corpus import ATTRIBUTES
-from edgekit.models.sdlg.lm import CLS_ID, EOS_ID, SEP_ID, decode, encode
+from edgekit.models.tinylm.tokens import CLS_ID, EOS_ID, SEP_ID, decode, encode
 
 VERDICTS = ("a", "b")
 FILLER_ID = 1  # "[unused0]": fills a field to its slot width (attended, like any token)

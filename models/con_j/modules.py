@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgekit.models.sdlg.lm import TinyCausalLM
+from edgekit.models.tinylm.model import TinyCausalLM
 
 
 class JudgeNextToken(nn.Module):

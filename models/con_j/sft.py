@@ -14,8 +14,9 @@ from edgekit.errors import InputError
 from edgekit.models.con_j.generate import sequence_batch, sequence_log_probs
 from edgekit.models.con_j.judge_format import gold_judgment, pair_prompt
 from edgekit.models.con_j.prefs import PrefPair
-from edgekit.models.sdlg.lm import EOS_ID, TinyCausalLM, encode
-from edgekit.models.sdlg.lm import prompt_ids as qa_prompt_ids
+from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.models.tinylm.tokens import EOS_ID, encode
+from edgekit.models.tinylm.tokens import prompt_ids as qa_prompt_ids
 
 Example = tuple[list[int], list[int]]  # (prompt ids, target ids ending with EOS)
 Progress = Callable[[float, str], None]

@@ -1,6 +1,6 @@
 """Training Con-J and its baselines, cached under ``cache_dir("con-j")``.
 
-1. Base LM: the SDLG TinyCausalLM pre-trained on the fact corpus's QA pairs
+1. Base LM: tinylm's TinyCausalLM pre-trained on the SDLG fact corpus's QA pairs
    (``sdlg.lm.train_cached``; shared with the sdlg card when the sizes are its defaults).
 2. SFT judge: the base LM fine-tuned on gold judgments of the seed pairs (``sft.py``).
 3. Con-J judge: contrastive judgments sampled from the SFT judge on every training pair
@@ -9,8 +9,8 @@
 5. Baseline: Bradley-Terry reward head on MiniLM embeddings of the same pairs.
 
 Each stage is cached by ``recipe_key("con-j", RECIPE_VERSION, ...)`` over the config fields it
-depends on, its kind and the SDLG LM recipe's version; copies shipped in this package's
-``weights/`` folder are used first.
+depends on, its kind and tinylm's recipe version (the SDLG LM's too); copies shipped in this
+package's ``weights/`` folder are used first.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from edgekit.models.con_j.modules import RewardHead
 from edgekit.models.con_j.prefs import PrefData, build_prefs
 from edgekit.models.con_j.reward_model import better_worse, fit_bradley_terry, pair_embeddings
 from edgekit.models.con_j.sft import fit_sft, judgment_examples, qa_examples
-from edgekit.models.sdlg.lm import RECIPE_VERSION as LM_RECIPE_VERSION
-from edgekit.models.sdlg.lm import LMConfig, TinyCausalLM
+from edgekit.models.sdlg.lm import LMConfig
+from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
+from edgekit.models.tinylm.model import TinyCausalLM
 
 Progress = Callable[[float, str], None]
 
@@ -122,8 +123,8 @@ class ConJConfig:
 
     def key(self, kind: str) -> str:
         """Cache key of stage ``kind`` ("sft" | "conj" | "bt"): ``recipe_key`` over "con-j",
-        ``RECIPE_VERSION``, the stage's config fields, its kind and the SDLG LM's recipe version
-        (the base LM and the corpus come from sdlg)."""
+        ``RECIPE_VERSION``, the stage's config fields, its kind and tinylm's recipe version, which
+        the SDLG LM's key holds too (the base LM and the corpus come from sdlg)."""
         names = (
             CORPUS_FIELDS
             + {
@@ -133,7 +134,7 @@ class ConJConfig:
             }[kind]
         )
         values = {n: getattr(self, n) for n in names} | {"kind": kind}
-        return recipe_key("con-j", RECIPE_VERSION, values | {"sdlg_lm": LM_RECIPE_VERSION})
+        return recipe_key("con-j", RECIPE_VERSION, values | {"sdlg_lm": TINYLM_VERSION})
 
 
 @dataclass

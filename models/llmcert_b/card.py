@@ -1,7 +1,7 @@
 """llmcert-b card: the certified LM (debiased by default) as one exportable graph.
 
 Graph "lm": input_ids (B, S) int64 + attention_mask (B, S) int64 -> logits (B, S, 30522)
-float32 (the sdlg ``TinyCausalLM`` trained on the occupation corpus; right padding, batch
+float32 (tinylm's ``TinyCausalLM`` trained on the occupation corpus; right padding, batch
 and sequence dynamic, S <= 48). Card options are ``BiasLMConfig`` fields (``biased=True``
 gives the stereotyped LM).
 
@@ -24,8 +24,9 @@ import torch
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
 from edgekit.models.llmcert_b import corpus
 from edgekit.models.llmcert_b.lm import BiasLMConfig
-from edgekit.models.sdlg.causal_lm import CausalLM, pad, runner_backend
-from edgekit.models.sdlg.lm import EOS_ID, VOCAB_SIZE, TinyCausalLM, prompt_ids
+from edgekit.models.tinylm.causal import CausalLM, pad, runner_backend
+from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.models.tinylm.tokens import EOS_ID, VOCAB_SIZE, prompt_ids
 
 GRAPH = "lm"
 GOLDEN = (

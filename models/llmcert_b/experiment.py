@@ -31,7 +31,7 @@ def run_variant(biased: bool, config: StudyConfig, step: Any = None) -> dict[str
         last_position_backend,
     )
     from edgekit.models.llmcert_b.lm import BiasLMConfig, train_cached
-    from edgekit.models.sdlg.causal_lm import CausalLM
+    from edgekit.models.tinylm.causal import CausalLM
 
     lm_config = BiasLMConfig(biased=biased)
     model, log = train_cached(lm_config)

@@ -1,4 +1,4 @@
-"""Text generators over the in-repo causal LM (``edgekit.models.sdlg``): prompt -> text.
+"""Text generators over the in-repo causal LM (``edgekit.models.tinylm``): prompt -> text.
 
 - ``TextGenerator`` runs batched greedy decoding over any ``CausalLM`` (torch or an exported
   graph through ``runner_backend``); a prompt is ``[CLS] prompt [SEP]`` and, when too long for
@@ -18,8 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from edgekit.models.sdlg.causal_lm import Backend, CausalLM
-from edgekit.models.sdlg.lm import CLS_ID, EOS_ID, SEP_ID, TinyCausalLM, decode, encode
+from edgekit.models.tinylm.causal import Backend, CausalLM
+from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.models.tinylm.tokens import CLS_ID, EOS_ID, SEP_ID, decode, encode
 
 
 def last_position_backend(model: TinyCausalLM) -> Backend:

@@ -1,11 +1,11 @@
-"""The certified LMs: ``TinyCausalLM`` (edgekit.models.sdlg) trained on the occupation corpus.
+"""The certified LMs: ``TinyCausalLM`` (edgekit.models.tinylm) trained on the occupation corpus.
 
 ``BiasLMConfig(biased=True)`` learns the planted stereotype, ``biased=False`` the debiased
-corpus (with its shallow role-play share, corpus.py). Sequence format and tokenizer are the
-sdlg LM's: ``[CLS] prompt [SEP] occupation [SEP]``, MiniLM WordPiece ids; the loss is the
+corpus (with its shallow role-play share, corpus.py). Sequence format and tokenizer are
+tinylm's: ``[CLS] prompt [SEP] occupation [SEP]``, MiniLM WordPiece ids; the loss is the
 cross-entropy of the answer tokens and EOS (AdamW, seeded, one thread). Weights are cached
 under ``cache_dir("llmcert-b")`` by ``recipe_key("llmcert-b-lm", RECIPE_VERSION, ...)`` over the
-config and the sdlg LM's recipe version; a copy shipped in ``weights/`` is used first.
+config and tinylm's recipe version; a copy shipped in ``weights/`` is used first.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -22,16 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
-from edgekit.models.sdlg.lm import (
-    EOS_ID,
-    PAD_ID,
-    VOCAB_SIZE,
-    TinyCausalLM,
-    encode,
-    prompt_ids,
-    token_strings,
-)
-from edgekit.models.sdlg.lm import RECIPE_VERSION as SDLG_LM_VERSION
+from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
+from edgekit.models.tinylm.model import TinyCausalLM, answer_batch
+from edgekit.models.tinylm.tokens import VOCAB_SIZE, token_strings
 
 Progress = Callable[[float, str], None]
 RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
@@ -60,25 +53,9 @@ class BiasLMConfig:
 
     def key(self) -> str:
         """Cache key (16 hex): ``recipe_key`` over "llmcert-b-lm", ``RECIPE_VERSION``, this
-        config and the version of the sdlg LM whose network and tokenizer it trains."""
-        config = asdict(self) | {"sdlg_lm": SDLG_LM_VERSION}
+        config and the version of tinylm, whose network and tokenizer it trains."""
+        config = asdict(self) | {"sdlg_lm": TINYLM_VERSION}
         return recipe_key("llmcert-b-lm", RECIPE_VERSION, config)
-
-
-def _batch(pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(ids (B, S), mask (B, S), targets (B, S), -100 outside the answer and EOS)."""
-    rows, targets = [], []
-    for prompt, answer in pairs:
-        head, tail = prompt_ids(prompt), encode(answer) + [EOS_ID]
-        rows.append(head + tail)
-        targets.append([-100] * (len(head) - 1) + tail + [-100])
-    length = max(len(r) for r in rows)
-    ids = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
-    mask, target = torch.zeros_like(ids), torch.full_like(ids, -100)
-    for i, (row, tgt) in enumerate(zip(rows, targets, strict=True)):
-        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-        target[i, : len(tgt)] = torch.tensor(tgt)
-    return ids, mask, target
 
 
 def train_bias_lm(
@@ -100,7 +77,7 @@ def train_bias_lm(
         model.train()
         for step in range(config.steps):
             index = torch.randint(len(pairs), (config.batch_size,), generator=gen).tolist()
-            ids, mask, target = _batch([pairs[i] for i in index])
+            ids, mask, target = answer_batch([pairs[i] for i in index])
             hidden = model.hidden(ids, mask)  # (B, S, d)
             rows = target != -100
             loss = F.cross_entropy(hidden[rows] @ model.tokens.weight.T, target[rows])

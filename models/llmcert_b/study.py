@@ -41,7 +41,7 @@ def occupation_detector() -> Callable[[list[str]], bool]:
 def distributions(embedding_matrix: np.ndarray | None, config: StudyConfig) -> list[Any]:
     """Random tokens, jailbreak mixture and (given the LM's (V, d) embeddings) embedding noise."""
     from edgekit.models.llmcert_b.lm import word_vocabulary
-    from edgekit.models.sdlg.lm import encode
+    from edgekit.models.tinylm.tokens import encode
 
     vocab = word_vocabulary()
     found: list[Any] = [

@@ -22,9 +22,11 @@ import numpy as np
 import torch
 
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
-from edgekit.models.sdlg.causal_lm import CausalLM, pad, runner_backend
 from edgekit.models.sdlg.corpus import Fact, build_facts
-from edgekit.models.sdlg.lm import EOS_ID, VOCAB_SIZE, LMConfig, TinyCausalLM, encode, prompt_ids
+from edgekit.models.sdlg.lm import LMConfig
+from edgekit.models.tinylm.causal import CausalLM, pad, runner_backend
+from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.models.tinylm.tokens import EOS_ID, VOCAB_SIZE, encode, prompt_ids
 
 GRAPH = "lm"
 GOLDEN = (

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgekit.models.sdlg.causal_lm import CausalLM
-from edgekit.models.sdlg.lm import EOS_ID
+from edgekit.models.tinylm.causal import CausalLM
+from edgekit.models.tinylm.tokens import EOS_ID
 
 
 @dataclass

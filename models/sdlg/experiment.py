@@ -139,11 +139,11 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
     import torch
 
     from edgekit.models.sdlg.card import report_json
-    from edgekit.models.sdlg.causal_lm import CausalLM, torch_backend
     from edgekit.models.sdlg.corpus import build_facts
     from edgekit.models.sdlg.lm import train_cached
     from edgekit.models.sdlg.study import run_study
     from edgekit.models.sdlg.tuning import EVALUATION_PARAPHRASE, config_from_tuning
+    from edgekit.models.tinylm.causal import CausalLM, torch_backend
     from edgekit.progress import step_progress
 
     threads = torch.get_num_threads()

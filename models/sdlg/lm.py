@@ -1,133 +1,29 @@
-"""A small causal LM over MiniLM's WordPiece vocabulary, trained in-repo and cached.
+"""The sdlg LM: ``TinyCausalLM`` (edgekit.models.tinylm) trained on the fact corpus's QA pairs.
 
-Sequence format: ``[CLS] question [SEP] answer [SEP]``; the LM continues after the first
-[SEP] and stops at the next one (EOS). The token ids are MiniLM's (30522 WordPiece tokens,
-lower-cased), so an answer's tokens are directly the tokens the MiniLM equivalence model reads
-and the embedding rows its attribution gradients are compared with.
-
-``TinyCausalLM.forward(input_ids (B, S) int64, attention_mask (B, S) int64) -> logits
-(B, S, 30522) float32``; right padding (mask 0) is ignored by attention. Pre-norm transformer
-blocks written with plain ops (one ONNX graph with dynamic batch and sequence), learnt
-positions, output projection tied to the token embedding.
-
-Training (``train_lm``) minimises the cross-entropy of the answer tokens and EOS only (the
-question is context), AdamW, seeded, one thread by default; weights are cached under
-``cache_dir("sdlg")`` by ``recipe_key("sdlg-lm", RECIPE_VERSION, config)``; a copy shipped in
-this package's ``weights/`` folder is used first.
+Sequence format and tokenizer are tinylm's: ``[CLS] question [SEP] answer [SEP]``, MiniLM
+WordPiece ids. Training (``train_lm``) minimises the cross-entropy of the answer tokens and EOS
+only (the question is context), AdamW, seeded, one thread by default; weights are cached under
+``cache_dir("sdlg")`` by ``recipe_key("sdlg-lm", RECIPE_VERSION, config)`` with tinylm's
+``RECIPE_VERSION``; a copy shipped in this package's ``weights/`` folder is used first.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.models.tinylm.model import RECIPE_VERSION, TinyCausalLM, answer_batch
+from edgekit.models.tinylm.tokens import VOCAB_SIZE
 
-PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 100, 101, 102, 103
-EOS_ID = SEP_ID
-SPECIAL_IDS = frozenset((PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID))
-VOCAB_SIZE = 30522
 Progress = Callable[[float, str], None]
-
-
-@lru_cache(maxsize=1)
-def _wordpiece():  # tokenizers.Tokenizer of MiniLM, no special tokens added, no truncation
-    from tokenizers import Tokenizer
-
-    from edgekit.models.minilm.encoder import tokenizer_path
-
-    tok = Tokenizer.from_file(str(tokenizer_path()))
-    tok.no_padding()
-    tok.no_truncation()
-    return tok
-
-
-def encode(text: str) -> list[int]:
-    """WordPiece ids of ``text`` (lower-cased, no [CLS]/[SEP])."""
-    return list(_wordpiece().encode(text, add_special_tokens=False).ids)
-
-
-def decode(ids: Sequence[int]) -> str:
-    """Text of WordPiece ``ids`` (special tokens dropped, "##" pieces joined)."""
-    return str(_wordpiece().decode([int(i) for i in ids if int(i) not in SPECIAL_IDS]))
-
-
-def token_strings(ids: Sequence[int]) -> list[str]:
-    """The WordPiece string of each id, e.g. ["ham", "##ster"]."""
-    return [str(_wordpiece().id_to_token(int(i))) for i in ids]
-
-
-class Block(nn.Module):
-    """Pre-norm causal self-attention + MLP on (B, S, d)."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(d, dim=-1)  # (B, S, d) each
-        shape = (b, s, self.heads, d // self.heads)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in (q, k, v))  # (B, H, S, d/H)
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads) + bias  # (B, H, S, S)
-        attended = (scores.softmax(dim=-1) @ v).transpose(1, 2).reshape(b, s, d)
-        x = x + self.proj(attended)
-        return x + self.mlp(self.norm2(x))
-
-
-class TinyCausalLM(nn.Module):
-    """forward(input_ids (B, S) int64, attention_mask (B, S) int64) -> logits (B, S, V)."""
-
-    def __init__(
-        self,
-        vocab: int = VOCAB_SIZE,
-        dim: int = 128,
-        layers: int = 2,
-        heads: int = 4,
-        max_len: int = 48,
-    ) -> None:
-        super().__init__()
-        if dim % heads:
-            raise ValueError(f"dim {dim} must be a multiple of heads {heads}")
-        self.max_len = max_len
-        self.tokens = nn.Embedding(vocab, dim)
-        self.positions = nn.Embedding(max_len, dim)
-        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
-        self.norm = nn.LayerNorm(dim)
-        nn.init.normal_(self.tokens.weight, std=0.02)
-        nn.init.normal_(self.positions.weight, std=0.02)
-
-    def hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Final hidden states (B, S, d)."""
-        s = input_ids.shape[1]
-        positions = torch.arange(s, device=input_ids.device)  # (S,)
-        x = self.tokens(input_ids) + self.positions(positions)[None]  # (B, S, d)
-        causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()  # (S, S)
-        allowed = causal[None, None] & attention_mask.bool()[:, None, None, :]  # (B, 1, S, S)
-        bias = torch.zeros(allowed.shape, dtype=x.dtype, device=x.device)
-        bias = bias.masked_fill(~allowed, -1e4)  # finite: padded query rows stay NaN-free
-        for block in self.blocks:
-            x = block(x, bias)
-        return self.norm(x)
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        return self.hidden(input_ids, attention_mask) @ self.tokens.weight.T  # (B, S, V)
-
-
-RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
 
 
 @dataclass(frozen=True)
@@ -154,31 +50,6 @@ class LMConfig:
         return recipe_key("sdlg-lm", RECIPE_VERSION, self)
 
 
-def prompt_ids(question: str) -> list[int]:
-    """``[CLS] question [SEP]`` ids: the prefix the LM answers from."""
-    return [CLS_ID, *encode(question), SEP_ID]
-
-
-def _batch(pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, ...]:
-    """(ids (B, S), mask (B, S), targets (B, S) with -100 outside answer+EOS) for pairs."""
-    rows, targets = [], []
-    for question, answer in pairs:
-        prompt, answer_ids = prompt_ids(question), encode(answer) + [EOS_ID]
-        ids = prompt + answer_ids
-        rows.append(ids)
-        # position i predicts ids[i + 1]; supervise predictions of the answer tokens and EOS
-        targets.append([-100] * (len(prompt) - 1) + answer_ids + [-100])
-    length = max(len(r) for r in rows)
-    ids = torch.full((len(rows), length), PAD_ID, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    target = torch.full_like(ids, -100)
-    for i, (row, tgt) in enumerate(zip(rows, targets, strict=True)):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-        target[i, : len(tgt)] = torch.tensor(tgt)
-    return ids, mask, target
-
-
 def train_lm(config: LMConfig, progress: Progress | None = None) -> tuple[TinyCausalLM, dict]:
     """Train the LM on the corpus of ``config``; returns (model in eval mode, training log)."""
     from edgekit.models.sdlg.corpus import build_facts, training_pairs
@@ -196,7 +67,7 @@ def train_lm(config: LMConfig, progress: Progress | None = None) -> tuple[TinyCa
         model.train()
         for step in range(config.steps):
             index = torch.randint(len(pairs), (config.batch_size,), generator=gen).tolist()
-            ids, mask, target = _batch([pairs[i] for i in index])
+            ids, mask, target = answer_batch([pairs[i] for i in index])
             h = model.hidden(ids, mask)  # (B, S, d)
             rows = target != -100  # only answer positions go through the 30522-way softmax
             logits = h[rows] @ model.tokens.weight.T  # (N, V)

@@ -36,20 +36,20 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import InputError
-from edgekit.models.sdlg.causal_lm import CausalLM
 from edgekit.models.sdlg.decoding import Generation, beam_search, sample
 from edgekit.models.sdlg.entropy import (
     predictive_entropy,
     sampling_semantic_entropy,
     sdlg_semantic_entropy,
 )
-from edgekit.models.sdlg.lm import CLS_ID, EOS_ID, SEP_ID, SPECIAL_IDS, decode, encode
 from edgekit.models.sdlg.semantic import (
     EquivalenceModel,
     greedy_clusters,
     text_ids,
     word_groups,
 )
+from edgekit.models.tinylm.causal import CausalLM
+from edgekit.models.tinylm.tokens import CLS_ID, EOS_ID, SEP_ID, SPECIAL_IDS, decode, encode
 
 MAX_QUESTION_CHARS = 2000
 

@@ -35,7 +35,7 @@ import numpy as np
 
 from edgekit.cache import atomic_write_text, cache_dir, recipe_key
 from edgekit.errors import InputError
-from edgekit.models.sdlg.lm import CLS_ID, SEP_ID, VOCAB_SIZE, token_strings
+from edgekit.models.tinylm.tokens import CLS_ID, SEP_ID, VOCAB_SIZE, token_strings
 
 MAX_TOKENS = 128
 
@@ -154,7 +154,7 @@ class CosineEquivalence:
         """Unit sentence embeddings (N, 384) of id texts, cached per text."""
         import torch
 
-        from edgekit.models.sdlg.causal_lm import pad
+        from edgekit.models.tinylm.causal import pad
 
         missing = list(dict.fromkeys(tuple(t) for t in texts if tuple(t) not in self._cache))
         if missing:
@@ -243,7 +243,7 @@ class NLIEquivalence:
     def _contradicts(self, pairs: list[tuple[Sequence[int], Sequence[int]]]) -> list[bool]:
         import torch
 
-        from edgekit.models.sdlg.causal_lm import pad
+        from edgekit.models.tinylm.causal import pad
 
         built = [self._pair(a, b) for a, b in pairs]
         ids, mask = pad([p[0] for p in built])

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import InputError
-from edgekit.models.sdlg.causal_lm import CausalLM
 from edgekit.models.sdlg.corpus import (
     ATTRIBUTES,
     NAMES,
@@ -31,9 +30,10 @@ from edgekit.models.sdlg.corpus import (
     is_correct,
 )
 from edgekit.models.sdlg.entropy import auroc
-from edgekit.models.sdlg.lm import EOS_ID, encode, token_strings
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig
 from edgekit.models.sdlg.semantic import CosineEquivalence, text_ids, word_groups
+from edgekit.models.tinylm.causal import CausalLM
+from edgekit.models.tinylm.tokens import EOS_ID, encode, token_strings
 
 METHODS = {
     "sdlg": "SDLG semantic entropy",

@@ -27,11 +27,11 @@ import numpy as np
 
 from edgekit.cache import recipe_key
 from edgekit.errors import InputError
-from edgekit.models.sdlg.causal_lm import CausalLM
 from edgekit.models.sdlg.corpus import Fact, is_correct
 from edgekit.models.sdlg.entropy import auroc, sdlg_semantic_entropy
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig, SDLGResult
 from edgekit.models.sdlg.semantic import THRESHOLD_VERSION, EquivalenceModel
+from edgekit.models.tinylm.causal import CausalLM
 
 CALIBRATION_PARAPHRASE = 1
 EVALUATION_PARAPHRASE = 0

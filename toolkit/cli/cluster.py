@@ -262,9 +262,9 @@ def eval_on_ray(
     calib_per_class: int = 2,
 ) -> int:
     """``edgekit eval MODEL|lens --ray ADDRESS``: fan out, print, write JSON; returns the number
-    of failed cells (cli.py exits 1 when it is not 0). ``lens_models`` / ``variant``: as ``eval
-    lens --classifier`` / ``--variant`` / ``--calib-per-class``; ``json_out``: the grid report
-    (``--out``) of a model's grid."""
+    of failed cells (cli.py exits 1 when it is not 0). ``lens_models``, ``variant``,
+    ``calib_per_class``: ``eval lens``'s options ``classifier``, ``variant``,
+    ``calib_per_class``; ``json_out``: the grid report (``--out``) of a model's grid."""
     from edgekit.bench.tables import write_report
     from edgekit.cluster.fanout import eval_lens_ray, eval_ray
     from edgekit.console import wide_console

@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from edgekit.cli.common import console, handle_errors, renamed
-from edgekit.cli.options import OptionsArg, parse_options
+from edgekit.cli.common import console, deprecated, handle_errors, renamed
+from edgekit.cli.options import parse_options
 from edgekit.errors import InputError
 
 
@@ -37,38 +37,6 @@ def eval_cmd(
             "model with a study, its directory (default out/MODEL); --ray, the grid report JSON"
         ),
     ] = None,
-    seeds: Annotated[int, typer.Option(help="lens: simulator seeds (run-to-run noise)")] = 3,
-    env: Annotated[
-        list[str] | None,
-        typer.Option("--env", help="lens: lighting environments (repeat; default all)"),
-    ] = None,
-    test_per_class: Annotated[
-        int, typer.Option(help="lens: held-out scenes per class and seed")
-    ] = 4,
-    calib_per_class: Annotated[
-        int,
-        typer.Option(
-            help="lens: calibration scenes per class and seed (best-fixed, the candidate "
-            "strategy, the VisiT variant and the setting prior are chosen on them; never "
-            "scored)"
-        ),
-    ] = 2,
-    classifier: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--classifier",
-            help="lens: bench this classifier's fp32 and int8 bundles, NAME or NAME:RECIPE "
-            "(repeat; default: photo-cnn fp32 + int8 and photo-vit fp32, as trained by "
-            "default, by photo-cnn:sensor-aware and by photo-vit:sensor-rendered)",
-        ),
-    ] = None,
-    variant: Annotated[
-        str,
-        typer.Option(
-            help="lens: VisiT variant of the headline rows and checks: top1 | entropy | "
-            "margin, or one of them with -flip (scored over the capture and its mirror)"
-        ),
-    ] = "top1",
     ray: Annotated[
         str | None,
         typer.Option(
@@ -81,7 +49,15 @@ def eval_cmd(
         Path | None,
         typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
     ] = None,
-    option: OptionsArg = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            help="KEY=VALUE (repeat): a card's options, e.g. checkpoint=PATH; lens: seeds=3, "
+            'env=NAME or env=["a","b"], test_per_class=4, calib_per_class=2, '
+            "classifier=NAME[:RECIPE] (or a list), variant=top1 (docs/lens.md)",
+        ),
+    ] = None,
     against: Annotated[
         list[str] | None,
         typer.Option(
@@ -89,29 +65,47 @@ def eval_cmd(
             "A's (repeat); both track the same objects, Delta J&F +- its paired SE"
         ),
     ] = None,
-    lens_model: Annotated[list[str] | None, typer.Option("--model", hidden=True)] = None,
     json_out: Annotated[Path | None, typer.Option("--json", hidden=True)] = None,
+    seeds: Annotated[int | None, typer.Option(hidden=True)] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", hidden=True)] = None,
+    test_per_class: Annotated[int | None, typer.Option(hidden=True)] = None,
+    calib_per_class: Annotated[int | None, typer.Option(hidden=True)] = None,
+    classifier: Annotated[list[str] | None, typer.Option("--classifier", hidden=True)] = None,
+    lens_model: Annotated[list[str] | None, typer.Option("--model", hidden=True)] = None,
+    variant: Annotated[str | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
     With --ray, the torch reference and every bundle x runtime run as Ray tasks.
     With --against, compare two settings of a SAM 2 card object by object."""
-    lens_model = renamed("eval", "--classifier", classifier, "--model", lens_model)
     out = renamed("eval", "--out", out, "--json", json_out)
+    options = parse_options(option)
+    old_lens = [  # (spelling, option key, value): eval lens's knobs before --option
+        ("--seeds", "seeds", seeds), ("--env", "env", env or None),
+        ("--test-per-class", "test_per_class", test_per_class),
+        ("--calib-per-class", "calib_per_class", calib_per_class),
+        ("--classifier", "classifier", classifier or None),
+        ("--model", "classifier", lens_model or None), ("--variant", "variant", variant),
+    ]  # fmt: skip
+    given = [(flag, key, value) for flag, key, value in old_lens if value is not None]
+    if given and model != "lens":
+        raise InputError(
+            f"{', '.join(flag for flag, _, _ in given)}: options of `edgekit eval lens` (now "
+            f"--option KEY=VALUE), not of '{model}'; for '{model}' give --bundle or --option"
+        )
+    for flag, key, value in given:  # old spellings: one release, with the line
+        deprecated(flag, "eval lens", f"--option {key}=...")
+        if key == "classifier" and key in options:  # --classifier and --model: one list
+            value = [*options[key], *value] if isinstance(options[key], list) else value
+        elif key in options and options[key] != value:
+            raise InputError(f"{flag} and --option {key} differ; give one")
+        options[key] = value
+    from edgekit.lens.options import LensEvalOptions
+
+    lens = LensEvalOptions.from_options(options) if model == "lens" else None
     if against and (ray or model == "lens"):
         raise InputError(
             "--against compares two settings of a SAM 2 card on torch or one bundle; it "
             "does not combine with --ray or `eval lens`"
-        )
-    if variant != "top1":
-        from edgekit.lens.visit import check_variant
-
-        if model != "lens":
-            raise InputError(f"--variant picks the VisiT of `edgekit eval lens`, not of '{model}'")
-        check_variant(variant)
-    if model != "lens" and (test_per_class, calib_per_class) != (4, 2):
-        raise InputError(
-            f"--test-per-class / --calib-per-class are options of `edgekit eval lens`, "
-            f"not of '{model}'"
         )
     from edgekit.runtimes import parse_runtime_spec
 
@@ -120,10 +114,12 @@ def eval_cmd(
     if ray:
         from edgekit.cli.cluster import eval_on_ray
 
+        lens_ = lens or LensEvalOptions()
         failed = eval_on_ray(
-            model, bundle or [], runtime or [], ray, out or Path("out/lens"), seeds, env,
-            test_per_class, console(), out if model != "lens" else None, lens_model, variant,
-            calib_per_class,
+            model, bundle or [], runtime or [], ray, out or Path("out/lens"), lens_.seeds,
+            list(lens_.env) or None, lens_.test_per_class, console(),
+            out if model != "lens" else None, list(lens_.classifier) or None, lens_.variant,
+            lens_.calib_per_class,
         )  # fmt: skip
         if failed:
             raise typer.Exit(1)
@@ -132,24 +128,19 @@ def eval_cmd(
         raise InputError("several --bundle or --runtime values need --ray (the grid)")
     bundle = bundle[0] if bundle else None
     runtime = runtime[0] if runtime else None
-    if lens_model and model != "lens":
-        raise InputError(
-            f"--classifier picks the classifiers of `edgekit eval lens`; for '{model}' give "
-            "--bundle or --option instead"
-        )
-    if model == "lens":
+    if lens is not None:
         from edgekit.lens.report import eval_lens
 
         eval_lens(
-            out or Path("out/lens"), seeds, env or None, test_per_class, progress=True,
-            models=lens_model, variant=variant, calib_per_class=calib_per_class,
+            out or Path("out/lens"), lens.seeds, list(lens.env) or None, lens.test_per_class,
+            progress=True, models=list(lens.classifier) or None, variant=lens.variant,
+            calib_per_class=lens.calib_per_class,
         )  # fmt: skip
         return
     from edgekit.build.verify import reference_runners
     from edgekit.registry import get_card
     from edgekit.study import study_for
 
-    options = parse_options(option)
     if bundle is not None and not options:  # the options the bundle was exported with
         from edgekit.bundle.format import Bundle
 

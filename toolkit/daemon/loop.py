@@ -27,10 +27,15 @@ from edgekit.devices.camera import Camera, CameraDisconnected, CaptureSettings, 
 
 
 class SharedCamera(Camera):
-    """A camera several threads use: captures are serialised by a lock (one sensor)."""
+    """A camera several threads use: captures are serialised by a lock (one sensor).
 
-    def __init__(self, inner: Camera) -> None:
+    ``on_frame`` sees every captured frame (the frame loop counts the frames a driver
+    discarded while new settings reached the sensor, ``Frame.dropped_frames``).
+    """
+
+    def __init__(self, inner: Camera, on_frame: Callable[[Frame], None] | None = None) -> None:
         self.inner = inner
+        self.on_frame = on_frame
         self.name = inner.name
         self.lock = threading.RLock()
         if hasattr(inner, "meter"):
@@ -45,7 +50,10 @@ class SharedCamera(Camera):
 
     def capture(self, settings: CaptureSettings | None = None) -> Frame:
         with self.lock:
-            return self.inner.capture(settings)
+            frame = self.inner.capture(settings)
+        if self.on_frame is not None:
+            self.on_frame(frame)
+        return frame
 
     def close(self) -> None:
         with self.lock:
@@ -107,7 +115,12 @@ class FrameLoop:
             for p in pipelines
         }
         self.rollbacks = AutoRollback(store, metrics, pipelines, self.status, rollback_after_s)
-        self.camera_state: dict[str, Any] = {"connected": False, "reconnects": 0, "error": None}
+        self.camera_state: dict[str, Any] = {
+            "connected": False,
+            "reconnects": 0,
+            "error": None,
+            "settle_dropped_frames": 0,  # frames drivers discarded waiting for new settings
+        }
         self.stream_settings = CaptureSettings()
         self.camera: SharedCamera | None = None
         self._stop = threading.Event()
@@ -166,11 +179,17 @@ class FrameLoop:
         )
 
     # ---- camera -----------------------------------------------------------------------------
+    def _count_settle_drops(self, frame: Frame) -> None:
+        dropped = int(getattr(frame, "dropped_frames", 0) or 0)
+        if dropped > 0:
+            self.camera_state["settle_dropped_frames"] += dropped
+            self.metrics.settle_dropped.inc(dropped)
+
     def _connect(self) -> SharedCamera:
         backoff = 0.05
         while not self._stop.is_set():
             try:
-                camera = SharedCamera(self.open_camera())
+                camera = SharedCamera(self.open_camera(), self._count_settle_drops)
                 self.camera_state.update(connected=True, error=None)
                 self.metrics.camera_connected.set(1)
                 return camera

@@ -19,6 +19,8 @@ class DaemonMetrics:
     - ``edgekit_capture_to_decision_seconds{pipeline}``: frame capture to result published;
     - ``edgekit_queue_depth{pipeline}``: frames waiting for the pipeline (0 or 1: latest-frame slot);
     - ``edgekit_camera_reconnects_total``, ``edgekit_camera_connected``;
+    - ``edgekit_camera_settle_dropped_frames_total``: frames the camera driver discarded while
+      newly requested settings reached the sensor (``Frame.dropped_frames``);
     - ``edgekit_bundle_swaps_total{name,event}`` (event: deploy, rollback, auto-rollback);
     - ``edgekit_auto_rollbacks_total{bundle}``: swaps the daemon undid by itself because a
       pipeline failed on every frame after them (``edgekit.daemon.rollback``);
@@ -59,6 +61,11 @@ class DaemonMetrics:
         )
         self.reconnects = Counter(
             "edgekit_camera_reconnects", "Camera reopen attempts after a disconnect", **reg
+        )
+        self.settle_dropped = Counter(
+            "edgekit_camera_settle_dropped_frames",
+            "Frames discarded while new capture settings reached the sensor",
+            **reg,
         )
         self.camera_connected = Gauge(
             "edgekit_camera_connected", "1 while the camera delivers frames", **reg
