@@ -51,6 +51,11 @@ COVERAGE: dict[str, list[str]] = {
 CARD_OPTIONS: dict[str, dict[str, object]] = {
     "sam2": {"random_weights": True, "image_size": 128, "eval_clips": 1, "eval_frames": 6},
     "sam2-edge": {"eval_clips": 8},  # verify tracks 8 of the 20 held-out clips (4 passes each)
+    # a small LM (seconds to train; the default recipe trains ~140 s on a cold cache)
+    "sdlg": {
+        "people": 4, "dim": 32, "layers": 1, "heads": 2, "steps": 80, "batch_size": 16,
+        "lr": 1e-2,
+    },
     "mtid": {
         "tasks": 3, "actions": 8, "per_task": 4, "obs_dim": 8, "train_plans": 300,
         "test_plans": 100, "dim": 16, "depth": 1, "heads": 2, "steps": 60,
