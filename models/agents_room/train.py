@@ -18,23 +18,24 @@ recipe version; a copy shipped in this package's ``weights/`` folder is used fir
 
 from __future__ import annotations
 
-import io
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import find_weights, recipe_key
+from edgekit.cache import recipe_key
 from edgekit.errors import InputError
 from edgekit.models.agents_room import scratchpad, world
 from edgekit.models.agents_room.scratchpad import Scratchpad
 from edgekit.models.agents_room.vocab import CLS, EOS, PAD, SEP, story_vocab
 from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
 from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.weights_cache import load_or_train
 
 Progress = Callable[[float, str], None]
 RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
@@ -204,30 +205,26 @@ def train_cached(
 ) -> TrainedLM:
     """The story LM of ``config``: the copy shipped in ``weights/``, else the cached one, or
     trained now and cached."""
-    from edgekit.cache import atomic_write_bytes
-
     config = config or StoryLMConfig()
     path = cache_path(config)
-    for found in find_weights(path, Path(__file__).parent / "weights"):
-        if not found.is_file():
-            continue
-        try:
-            blob = torch.load(found, map_location="cpu", weights_only=True)
-            model = config.build()
-            model.load_state_dict(blob["state"])
-            return TrainedLM(
-                model.eval(), float(blob["final_loss"]), int(blob["train_pairs"]), 0.0, True, found
-            )
-        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
-            pass
-    trained = train_story_lm(config, progress)
-    buffer = io.BytesIO()
-    blob = {
-        "state": trained.model.state_dict(),
-        "final_loss": trained.final_loss,
-        "train_pairs": trained.train_pairs,
-    }
-    torch.save(blob, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    trained.path = path
-    return trained
+
+    def load(blob: dict[str, Any], found: Path) -> TrainedLM:
+        model = config.build()
+        model.load_state_dict(blob["state"])
+        return TrainedLM(
+            model.eval(), float(blob["final_loss"]), int(blob["train_pairs"]), 0.0, True, found
+        )
+
+    def train() -> TrainedLM:
+        trained = train_story_lm(config, progress)
+        trained.path = path
+        return trained
+
+    def save(trained: TrainedLM) -> dict[str, Any]:
+        return {
+            "state": trained.model.state_dict(),
+            "final_loss": trained.final_loss,
+            "train_pairs": trained.train_pairs,
+        }
+
+    return load_or_train(path, Path(__file__).parent / "weights", train, load=load, save=save)

@@ -20,7 +20,6 @@ depend on the core count.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -32,13 +31,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.models.bingoguard import net
 from edgekit.models.bingoguard.data import Example, everyday_examples, load_heldout
 from edgekit.models.bingoguard.generate import GeneratorConfig, build_dataset
 from edgekit.models.bingoguard.metrics import task_metrics
 from edgekit.models.bingoguard.net import BingoGuardNet
 from edgekit.progress import step_progress
+from edgekit.weights_cache import load_or_train, load_weights
 
 Progress = Callable[[float, str], None]
 EMBED_CHUNKS = 8  # progress steps while embedding the training texts
@@ -253,8 +253,7 @@ def train_model(
     )
 
 
-def _save(result: TrainResult, path: Path) -> None:
-    buffer = io.BytesIO()
+def _blob(result: TrainResult) -> dict[str, Any]:
     meta = {
         "config": asdict(result.config),
         "seconds": result.seconds,
@@ -264,36 +263,31 @@ def _save(result: TrainResult, path: Path) -> None:
         "survivors": result.survivors,
         "torch": str(torch.__version__),
     }
-    torch.save({"state_dict": result.state_dict, "meta": json.dumps(meta)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return {"state_dict": result.state_dict, "meta": json.dumps(meta)}
+
+
+def _decode(config: TrainConfig, blob: dict[str, Any], path: Path) -> TrainResult:
+    meta = json.loads(blob["meta"])
+    return TrainResult(
+        blob["state_dict"],
+        config,
+        float(meta["seconds"]),
+        float(meta["final_loss"]),
+        dict(meta["validation"]),
+        float(meta["heldout_accuracy"]),
+        dict(meta["survivors"]),
+        cached=True,
+        path=path,
+    )
 
 
 def load_cached(config: TrainConfig, path: Path | None = None) -> TrainResult | None:
     """The cached result for ``config`` at ``path``, or None when absent or unreadable. Without
     ``path``: the shipped copy (package ``weights/``) of ``weights_path``, then the cache."""
-    if path is None:
-        for candidate in find_weights(weights_path(config), Path(__file__).parent / "weights"):
-            if (loaded := load_cached(config, candidate)) is not None:
-                return loaded
-        return None
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        meta = json.loads(blob["meta"])
-        return TrainResult(
-            blob["state_dict"],
-            config,
-            float(meta["seconds"]),
-            float(meta["final_loss"]),
-            dict(meta["validation"]),
-            float(meta["heldout_accuracy"]),
-            dict(meta["survivors"]),
-            cached=True,
-            path=path,
-        )
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+    shipped = Path(__file__).parent / "weights" if path is None else None
+    return load_weights(
+        path or weights_path(config), shipped, lambda blob, found: _decode(config, blob, found)
+    )
 
 
 def train_cached(
@@ -305,13 +299,18 @@ def train_cached(
     """Cached weights for ``config`` (default recipe), training and caching them if needed."""
     config = config or TrainConfig()
     path = weights_path(config)
-    if not force:
-        cached = load_cached(config)
-        if cached is not None:
-            if progress:
-                progress(1.0, f"loaded cached weights {cached.path}")
-            return cached
-    result = train_model(config, progress, show_progress)
-    _save(result, path)
-    result.path = path
-    return result
+
+    def train() -> TrainResult:
+        result = train_model(config, progress, show_progress)
+        result.path = path
+        return result
+
+    return load_or_train(
+        path,
+        Path(__file__).parent / "weights",
+        train,
+        load=lambda blob, found: _decode(config, blob, found),
+        save=_blob,
+        force=force,
+        progress=progress,
+    )

@@ -16,7 +16,6 @@ package's ``weights/`` folder are used first.
 from __future__ import annotations
 
 import copy
-import io
 import json
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from edgekit.models.con_j.sft import fit_sft, judgment_examples, qa_examples
 from edgekit.models.sdlg.lm import LMConfig
 from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
 from edgekit.models.tinylm.model import TinyCausalLM
+from edgekit.weights_cache import load_weights, save_weights
 
 Progress = Callable[[float, str], None]
 
@@ -159,26 +159,20 @@ def _path(config: ConJConfig, kind: str, suffix: str) -> Path:
 
 
 def _save(path: Path, states: dict[str, Any], meta: dict[str, Any]) -> None:
-    from edgekit.cache import atomic_write_bytes, atomic_write_text
+    from edgekit.cache import atomic_write_text
 
-    buffer = io.BytesIO()
-    torch.save(states, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    save_weights(path, states)
     atomic_write_text(path.with_suffix(".json"), json.dumps(meta, indent=1))
 
 
 def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(states, meta) of ``path``'s copy shipped in ``weights/``, else of ``path``; None if neither."""
-    for found in find_weights(path, SHIPPED):
-        meta = found.with_suffix(".json")
-        if not found.exists() or not meta.exists():
-            continue
-        try:
-            states = torch.load(found, map_location="cpu", weights_only=True)
-            return states, json.loads(meta.read_text())
-        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
-            continue
-    return None
+    """(states, meta) of ``path``'s copy shipped in ``weights/``, else of ``path``; None if neither
+    loads (the meta is the ``.json`` file next to the weights)."""
+    return load_weights(
+        path,
+        SHIPPED,
+        lambda states, found: (states, json.loads(found.with_suffix(".json").read_text())),
+    )
 
 
 def _lm(config: ConJConfig, state: dict[str, Any]) -> TinyCausalLM:

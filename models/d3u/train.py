@@ -9,11 +9,11 @@ first.
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -134,60 +134,53 @@ def fit_denoiser(
     return model.eval()
 
 
-def _save(path: Path, trained: Trained) -> None:
-    from edgekit.cache import atomic_write_bytes
-
-    blob = {"denoiser": trained.denoiser.state_dict(), "seconds": trained.seconds}
+def _blob(trained: Trained) -> dict[str, Any]:
+    blob: dict[str, Any] = {"denoiser": trained.denoiser.state_dict(), "seconds": trained.seconds}
     if trained.point is not None:
         blob["point"] = trained.point.state_dict()
-    buffer = io.BytesIO()
-    torch.save(blob, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return blob
 
 
-def _load_first(path: Path, config: D3UConfig, with_point: bool) -> Trained | None:
-    """The shipped copy of ``path`` (package ``weights/``) or the cached one, whichever loads."""
-    from edgekit.cache import find_weights
-
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        if (trained := _load(candidate, config, with_point)) is not None:
-            return trained
-    return None
-
-
-def _load(path: Path, config: D3UConfig, with_point: bool) -> Trained | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        denoiser = config.denoiser()
-        denoiser.load_state_dict(blob["denoiser"])
-        point = None
-        if with_point:
-            point = PointForecaster(config.lookback, config.horizon)
-            point.load_state_dict(blob["point"])
-            point.eval()
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+def _decode(config: D3UConfig, with_point: bool, blob: dict[str, Any], path: Path) -> Trained:
+    denoiser = config.denoiser()
+    denoiser.load_state_dict(blob["denoiser"])
+    point = None
+    if with_point:
+        point = PointForecaster(config.lookback, config.horizon)
+        point.load_state_dict(blob["point"])
+        point.eval()
     return Trained(point, denoiser.eval(), float(blob["seconds"]), True, path)
+
+
+def _cached(config: D3UConfig, kind: str, fit_run: Callable[[Path], Trained]) -> Trained:
+    """The ``kind`` run of ``config``: the shipped copy (package ``weights/``) or the cached one,
+    else ``fit_run(cache path)`` now and cached; the "d3u" run holds the point forecaster too."""
+    from edgekit.weights_cache import load_or_train
+
+    path = cache_path(config, kind)
+    return load_or_train(
+        path,
+        Path(__file__).parent / "weights",
+        lambda: fit_run(path),
+        load=lambda blob, found: _decode(config, kind == "d3u", blob, found),
+        save=_blob,
+    )
 
 
 def train_d3u(config: D3UConfig | None = None, progress: Progress | None = None) -> Trained:
     """Point forecaster + residual PatchDN (cached)."""
     config = config or D3UConfig()
-    path = cache_path(config, "d3u")
-    cached = _load_first(path, config, with_point=True)
-    if cached is not None:
-        return cached
-    started = time.perf_counter()
-    train = config.data()["train"]
-    point = fit_point(config, train, progress)
-    with torch.no_grad():
-        forecast = point(torch.from_numpy(train.history)).numpy()
-    denoiser = fit_denoiser(config, train.history, forecast, train.target - forecast, progress)
-    trained = Trained(point, denoiser, time.perf_counter() - started, False, path)
-    _save(path, trained)
-    return trained
+
+    def fit_run(path: Path) -> Trained:
+        started = time.perf_counter()
+        train = config.data()["train"]
+        point = fit_point(config, train, progress)
+        with torch.no_grad():
+            forecast = point(torch.from_numpy(train.history)).numpy()
+        denoiser = fit_denoiser(config, train.history, forecast, train.target - forecast, progress)
+        return Trained(point, denoiser, time.perf_counter() - started, False, path)
+
+    return _cached(config, "d3u", fit_run)
 
 
 def train_raw_diffusion(
@@ -195,14 +188,12 @@ def train_raw_diffusion(
 ) -> Trained:
     """PatchDN on the raw targets with a zero forecast condition (cached); no point model."""
     config = config or D3UConfig()
-    path = cache_path(config, "raw")
-    cached = _load_first(path, config, with_point=False)
-    if cached is not None:
-        return cached
-    started = time.perf_counter()
-    train = config.data()["train"]
-    zeros = np.zeros_like(train.target)
-    denoiser = fit_denoiser(config, train.history, zeros, train.target, progress)
-    trained = Trained(None, denoiser, time.perf_counter() - started, False, path)
-    _save(path, trained)
-    return trained
+
+    def fit_run(path: Path) -> Trained:
+        started = time.perf_counter()
+        train = config.data()["train"]
+        zeros = np.zeros_like(train.target)
+        denoiser = fit_denoiser(config, train.history, zeros, train.target, progress)
+        return Trained(None, denoiser, time.perf_counter() - started, False, path)
+
+    return _cached(config, "raw", fit_run)

@@ -22,11 +22,11 @@ package's ``weights/`` folder are found first.
 from __future__ import annotations
 
 import copy
-import io
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -297,29 +297,18 @@ def _add(terms: dict[str, torch.Tensor], name: str, value: torch.Tensor) -> None
     terms[name] = terms[name] + value if name in terms else value
 
 
-def _save(path: Path, trained: Trained) -> None:
-    from edgekit.cache import atomic_write_bytes
-
-    blob = {
+def _blob(trained: Trained) -> dict[str, Any]:
+    return {
         "policy": trained.policy.state_dict(),
         "seconds": trained.seconds,
         "history": trained.history,
         "weights": trained.weights,
     }
-    buffer = io.BytesIO()
-    torch.save(blob, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
-def _load(path: Path, config: HiSSDConfig, mode: str) -> Trained | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        policy = config.policy(mode)
-        policy.load_state_dict(blob["policy"])
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+def _decode(config: HiSSDConfig, mode: str, blob: dict[str, Any], path: Path) -> Trained:
+    policy = config.policy(mode)
+    policy.load_state_dict(blob["policy"])
     return Trained(
         mode, policy.eval(), float(blob["seconds"]), True, blob["history"], path, blob["weights"]
     )
@@ -332,14 +321,20 @@ def train_policy(
     sets: dict[int, Transitions] | None = None,
 ) -> Trained:
     """The ``mode`` policy of ``config``, from the cache or trained now (then cached)."""
-    from edgekit.cache import find_weights
+    from edgekit.weights_cache import load_or_train
 
     config = config or HiSSDConfig()
     path = cache_path(config, mode)
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        if (cached := _load(candidate, config, mode)) is not None:
-            return cached
-    trained = fit(config, mode, sets, progress)
-    trained.path = path
-    _save(path, trained)
-    return trained
+
+    def train() -> Trained:
+        trained = fit(config, mode, sets, progress)
+        trained.path = path
+        return trained
+
+    return load_or_train(
+        path,
+        Path(__file__).parent / "weights",
+        train,
+        load=lambda blob, found: _decode(config, mode, blob, found),
+        save=_blob,
+    )

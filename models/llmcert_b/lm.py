@@ -10,8 +10,6 @@ config and tinylm's recipe version; a copy shipped in ``weights/`` is used first
 
 from __future__ import annotations
 
-import io
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -21,7 +19,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
+from edgekit.models.tinylm.cache import cached_lm
 from edgekit.models.tinylm.model import RECIPE_VERSION as TINYLM_VERSION
 from edgekit.models.tinylm.model import TinyCausalLM, answer_batch
 from edgekit.models.tinylm.tokens import VOCAB_SIZE, token_strings
@@ -101,19 +100,12 @@ def train_cached(
 ) -> tuple[TinyCausalLM, dict]:
     """The LM of ``config``: the copy shipped in ``weights/``, else the one in
     ``cache_dir("llmcert-b")``, trained (and cached) on a miss."""
-    folder = cache_dir("llmcert-b")
-    weights, meta = folder / f"lm-{config.key()}.pt", folder / f"lm-{config.key()}.json"
-    for found in find_weights(weights, Path(__file__).parent / "weights"):
-        if found.exists() and found.with_suffix(".json").exists():
-            model = config.build()
-            model.load_state_dict(torch.load(found, map_location="cpu", weights_only=True))
-            return model.eval(), json.loads(found.with_suffix(".json").read_text())
-    model, log = train_bias_lm(config, progress)
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    atomic_write_bytes(weights, buffer.getvalue())
-    atomic_write_bytes(meta, json.dumps({**log, "config": asdict(config)}, indent=1).encode())
-    return model, log
+    return cached_lm(
+        config,
+        cache_dir("llmcert-b"),
+        Path(__file__).parent / "weights",
+        lambda: train_bias_lm(config, progress),
+    )
 
 
 @lru_cache(maxsize=1)

@@ -10,17 +10,17 @@ train it once; a stage's file shipped in ``weights/`` (same name) is loaded befo
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from edgekit.cache import find_weights, recipe_key
+from edgekit.cache import recipe_key
 from edgekit.errors import InputError
 from edgekit.models.mm15 import splitting, tasks, vocab
 from edgekit.models.mm15.mixture import DEFAULT_RECIPE, Recipe, Stage, batch_categories
@@ -116,6 +116,16 @@ class Trained:
     paths: list[Path] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _StageRun:
+    """One stage: its seconds and final loss, whether its weights were loaded, and their file."""
+
+    seconds: float
+    loss: float
+    cached: bool
+    path: Path
+
+
 def _key(config: MM15Config, stages: tuple[Stage, ...]) -> str:
     """Cache key (16 hex chars): recipe_key over "mm15", RECIPE_VERSION, the stages (their
     mixtures, steps and learning rates) and the model config."""
@@ -187,50 +197,43 @@ def run_stage(
     return float(np.mean(losses[-max(1, stage.steps // 5) :]))
 
 
-def _load(path: Path, net: VisionLanguageModel) -> tuple[float, float] | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        net.load_state_dict(blob["state"])
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
-    return float(blob["seconds"]), float(blob["loss"])
-
-
 def train_recipe(
     config: MM15Config | None = None,
     recipe: Recipe | None = None,
     progress: Progress | None = None,
 ) -> Trained:
     """Run (or load from the cache) every stage of ``recipe``; returns the final model."""
-    from edgekit.cache import atomic_write_bytes
+    from edgekit.weights_cache import load_or_train
 
     config = config or MM15Config()
     recipe = recipe or DEFAULT_RECIPE
     torch.manual_seed(config.seed)
     net = config.build()
     trained = Trained(net, config, recipe)
+
+    def load(blob: dict[str, Any], found: Path) -> _StageRun:
+        seconds, loss = float(blob["seconds"]), float(blob["loss"])
+        net.load_state_dict(blob["state"])
+        return _StageRun(seconds, loss, True, found)
+
     for i, stage in enumerate(recipe.stages):
         path = stage_path(config, recipe.stages[: i + 1])
-        loaded = None
-        for place in find_weights(path, SHIPPED_WEIGHTS):
-            loaded = _load(place, net)
-            if loaded is not None:
-                path = place
-                break
-        if loaded is None:
+
+        def train(stage: Stage = stage, number: int = i + 1, path: Path = path) -> _StageRun:
             started = time.perf_counter()
-            loss = run_stage(net, config, stage, i + 1, progress)
-            seconds = time.perf_counter() - started
-            buffer = io.BytesIO()
-            torch.save({"state": net.state_dict(), "seconds": seconds, "loss": loss}, buffer)
-            atomic_write_bytes(path, buffer.getvalue())
-        else:
-            seconds, loss = loaded
-        trained.stage_seconds[stage.name] = seconds
-        trained.stage_cached[stage.name] = loaded is not None
-        trained.stage_loss[stage.name] = loss
-        trained.paths.append(path)
+            loss = run_stage(net, config, stage, number, progress)
+            return _StageRun(time.perf_counter() - started, loss, False, path)
+
+        run = load_or_train(
+            path,
+            SHIPPED_WEIGHTS,
+            train,
+            load=load,
+            save=lambda run: {"state": net.state_dict(), "seconds": run.seconds, "loss": run.loss},
+        )
+        trained.stage_seconds[stage.name] = run.seconds
+        trained.stage_cached[stage.name] = run.cached
+        trained.stage_loss[stage.name] = run.loss
+        trained.paths.append(run.path)
     net.eval()
     return trained

@@ -9,11 +9,11 @@ config and ``RECIPE_VERSION``; a judge shipped in the package's ``weights/`` fol
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -194,41 +194,30 @@ def fit(config: MMIEConfig, train: Batch, val: Batch, progress: Progress | None 
     return Trained(encoder.eval(), head.eval(), curve, int(np.argmax(curve)), seconds, False)
 
 
-def _save(path: Path, trained: Trained) -> None:
-    from edgekit.cache import atomic_write_bytes
-
-    blob = {
+def _blob(trained: Trained) -> dict[str, Any]:
+    return {
         "image_encoder": trained.image_encoder.state_dict(),
         "head": trained.head.state_dict(),
         "val_exact": trained.val_exact,
         "best_epoch": trained.best_epoch,
         "seconds": trained.seconds,
     }
-    buffer = io.BytesIO()
-    torch.save(blob, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
 
 
-def _load(path: Path) -> Trained | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        encoder, head = ImageEncoder(), ScorerHead()
-        encoder.load_state_dict(blob["image_encoder"])
-        head.load_state_dict(blob["head"])
-        curve = [float(v) for v in blob["val_exact"]]
-        return Trained(
-            encoder.eval(),
-            head.eval(),
-            curve,
-            int(blob["best_epoch"]),
-            float(blob["seconds"]),
-            True,
-            path,
-        )
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+def _decode(blob: dict[str, Any], path: Path) -> Trained:
+    encoder, head = ImageEncoder(), ScorerHead()
+    encoder.load_state_dict(blob["image_encoder"])
+    head.load_state_dict(blob["head"])
+    curve = [float(v) for v in blob["val_exact"]]
+    return Trained(
+        encoder.eval(),
+        head.eval(),
+        curve,
+        int(blob["best_epoch"]),
+        float(blob["seconds"]),
+        True,
+        path,
+    )
 
 
 def train_judge(
@@ -239,16 +228,15 @@ def train_judge(
     """The fine-tuned judge of ``config`` from the cache, or trained now and cached.
 
     ``batches`` (from ``config.batches()``) saves re-embedding when the caller has them."""
-    from edgekit.cache import find_weights
+    from edgekit.weights_cache import load_or_train
 
     config = config or MMIEConfig()
     path = cache_path(config)
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        if (cached := _load(candidate)) is not None:
-            return cached
-    if batches is None:
-        batches, _ = config.batches(progress)
-    trained = fit(config, batches["train"], batches["val"], progress)
-    trained.path = path
-    _save(path, trained)
-    return trained
+
+    def train() -> Trained:
+        data = batches if batches is not None else config.batches(progress)[0]
+        trained = fit(config, data["train"], data["val"], progress)
+        trained.path = path
+        return trained
+
+    return load_or_train(path, Path(__file__).parent / "weights", train, load=_decode, save=_blob)

@@ -9,7 +9,6 @@ the true task as PDPP / MTID train it. Weights are cached keyed by the config an
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -217,34 +216,29 @@ def fit_denoiser(
     return model.eval()
 
 
-def _save(path: Path, state: dict[str, Any]) -> None:
-    from edgekit.cache import atomic_write_bytes
+def _cached_module(
+    path: Path, module: torch.nn.Module, fit: Callable[[], torch.nn.Module]
+) -> tuple[Any, float, bool]:
+    """(model, training seconds, loaded): ``module`` with the weights of ``path``'s shipped copy
+    (package ``weights/``) or of ``path`` (eval mode), else ``fit()`` trained now and cached."""
+    from edgekit.weights_cache import load_or_train
 
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
-def _load_first(path: Path, module: torch.nn.Module) -> float | None:
-    """``_load`` from the shipped copy of ``path`` (package ``weights/``), else from ``path``."""
-    from edgekit.cache import find_weights
-
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        if (seconds := _load(candidate, module)) is not None:
-            return seconds
-    return None
-
-
-def _load(path: Path, module: torch.nn.Module) -> float | None:
-    """Load cached weights into ``module``; their training seconds, or None when absent/bad."""
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
+    def load(blob: dict[str, Any], found: Path) -> tuple[Any, float, bool]:
         module.load_state_dict(blob["state"])
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
-    return float(blob["seconds"])
+        return module.eval(), float(blob["seconds"]), True
+
+    def train() -> tuple[Any, float, bool]:
+        started = time.perf_counter()
+        model = fit()
+        return model, time.perf_counter() - started, False
+
+    return load_or_train(
+        path,
+        Path(__file__).parent / "weights",
+        train,
+        load=load,
+        save=lambda run: {"state": run[0].state_dict(), "seconds": run[1]},
+    )
 
 
 def train_classifier(
@@ -253,14 +247,9 @@ def train_classifier(
     """(classifier, training seconds, loaded from cache) for ``config``'s data."""
     path = cache_path(config, "classifier")
     model = TaskClassifier(config.obs_dim, config.tasks)
-    seconds = _load_first(path, model)
-    if seconds is not None:
-        return model.eval(), seconds, True
-    started = time.perf_counter()
-    model = fit_classifier(config, config.data()["train"], progress)
-    seconds = time.perf_counter() - started
-    _save(path, {"state": model.state_dict(), "seconds": seconds})
-    return model, seconds, False
+    return _cached_module(
+        path, model, lambda: fit_classifier(config, config.data()["train"], progress)
+    )
 
 
 @contextmanager
@@ -286,12 +275,7 @@ def _train_mtid(config: MTIDConfig, progress: Progress | None) -> Trained:
     table = task_action_table(train, config.tasks, config.actions)
     clf, clf_seconds, clf_cached = train_classifier(config, progress)
     path = cache_path(config, "planner")
-    model = config.denoiser(table)
-    seconds = _load_first(path, model)
-    if seconds is not None:
-        return Trained(clf, model.eval(), table, seconds + clf_seconds, clf_cached, path)
-    started = time.perf_counter()
-    model = fit_denoiser(config, train, table, progress)
-    seconds = time.perf_counter() - started
-    _save(path, {"state": model.state_dict(), "seconds": seconds})
-    return Trained(clf, model, table, seconds + clf_seconds, False, path)
+    model, seconds, cached = _cached_module(
+        path, config.denoiser(table), lambda: fit_denoiser(config, train, table, progress)
+    )
+    return Trained(clf, model, table, seconds + clf_seconds, clf_cached and cached, path)

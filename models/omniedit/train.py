@@ -10,17 +10,17 @@ bumped RECIPE_VERSION retrains; a file of the same name in ``weights/`` is loade
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from edgekit.cache import find_weights, recipe_key
+from edgekit.cache import recipe_key
 from edgekit.errors import InputError
 from edgekit.models.omniedit import judge
 from edgekit.models.omniedit.curation import CURATIONS, sampling_probabilities
@@ -28,6 +28,7 @@ from edgekit.models.omniedit.editors import ARCHITECTURES, Editor
 from edgekit.models.omniedit.judge import JudgeScores
 from edgekit.models.omniedit.scenes import INSTRUCTION_DIM, TASKS, EditSet, make_edits
 from edgekit.models.omniedit.specialists import SpecialistPairs, run_specialists
+from edgekit.weights_cache import load_or_train
 
 Progress = Callable[[float, str], None]
 SHIPPED_WEIGHTS = Path(__file__).parent / "weights"  # editors a package ships, cache file names
@@ -168,44 +169,38 @@ def fit_editor(
     return model.eval()
 
 
-def _load(path: Path, config: OmniEditConfig) -> Trained | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        editor = config.editor()
-        editor.load_state_dict(blob["editor"])
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+def _decode(config: OmniEditConfig, blob: dict[str, Any], path: Path) -> Trained:
+    editor = config.editor()
+    editor.load_state_dict(blob["editor"])
     return Trained(editor.eval(), config, float(blob["seconds"]), True, path)
 
 
 def train_editor(config: OmniEditConfig | None = None, progress: Progress | None = None) -> Trained:
     """The editor of ``config`` (arch x curation), from the cache or trained now."""
-    from edgekit.cache import atomic_write_bytes
-
     config = config or OmniEditConfig()
     path = cache_path(config)
-    for place in find_weights(path, SHIPPED_WEIGHTS):
-        cached = _load(place, config)
-        if cached is not None:
-            return cached
-    started = time.perf_counter()
-    pairs, scores = config.training_pairs()
-    target = pairs.edits.target if config.curation == "oracle" else pairs.edited
-    editor = fit_editor(
-        config,
-        pairs.edits.source,
-        target,
-        pairs.edits.instruction,
-        config.probabilities(scores),
-        progress,
+
+    def train() -> Trained:
+        started = time.perf_counter()
+        pairs, scores = config.training_pairs()
+        target = pairs.edits.target if config.curation == "oracle" else pairs.edited
+        editor = fit_editor(
+            config,
+            pairs.edits.source,
+            target,
+            pairs.edits.instruction,
+            config.probabilities(scores),
+            progress,
+        )
+        return Trained(editor, config, time.perf_counter() - started, False, path)
+
+    return load_or_train(
+        path,
+        SHIPPED_WEIGHTS,
+        train,
+        load=lambda blob, found: _decode(config, blob, found),
+        save=lambda trained: {"editor": trained.editor.state_dict(), "seconds": trained.seconds},
     )
-    seconds = time.perf_counter() - started
-    buffer = io.BytesIO()
-    torch.save({"editor": editor.state_dict(), "seconds": seconds}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return Trained(editor, config, seconds, False, path)
 
 
 def variant(config: OmniEditConfig, arch: str, curation_name: str) -> OmniEditConfig:

@@ -9,7 +9,6 @@ single-process; the same config on the same machine and thread count gives the s
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
@@ -20,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.errors import InputError
 from edgekit.models.photo_cnn import data, net
+from edgekit.weights_cache import load_or_train, load_weights
 
 Progress = Callable[[float, str], None]
 NetworkFactory = Callable[[], nn.Module]
@@ -277,8 +277,7 @@ def train_model(
     return TrainResult(state, config, seconds, float(loss_ema or 0.0), accuracy)
 
 
-def _save(result: TrainResult, path: Path) -> None:
-    buffer = io.BytesIO()
+def _blob(result: TrainResult) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "config": asdict(result.config),
         "seconds": result.seconds,
@@ -286,30 +285,27 @@ def _save(result: TrainResult, path: Path) -> None:
         "heldout_accuracy": result.heldout_accuracy,
         "torch": str(torch.__version__),
     }
-    torch.save({"state_dict": result.state_dict, "meta": meta}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return {"state_dict": result.state_dict, "meta": meta}
+
+
+def _decode(config: Recipe, blob: dict[str, Any], path: Path) -> TrainResult:
+    meta = blob["meta"]
+    return TrainResult(
+        blob["state_dict"],
+        config,
+        float(meta["seconds"]),
+        float(meta["final_loss"]),
+        float(meta["heldout_accuracy"]),
+        cached=True,
+        path=path,
+    )
 
 
 def load_cached(config: Recipe, path: Path | None = None) -> TrainResult | None:
     """The cached weights at ``path`` (default ``weights_path(config)``), or None when absent
     or unreadable."""
     path = path or weights_path(config)  # type: ignore[arg-type]
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        meta = blob["meta"]
-        return TrainResult(
-            blob["state_dict"],
-            config,
-            float(meta["seconds"]),
-            float(meta["final_loss"]),
-            float(meta["heldout_accuracy"]),
-            cached=True,
-            path=path,
-        )
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+    return load_weights(path, None, lambda blob, found: _decode(config, blob, found))
 
 
 def train_cached(
@@ -329,14 +325,18 @@ def train_cached(
     """
     config = config or TrainConfig()
     path = path or weights_path(config)  # type: ignore[arg-type]
-    if not force:
-        for place in find_weights(path, shipped):
-            cached = load_cached(config, place)
-            if cached is not None:
-                if progress:
-                    progress(1.0, f"loaded cached weights {cached.path}")
-                return cached
-    result = train_model(config, progress, network)
-    _save(result, path)
-    result.path = path
-    return result
+
+    def train() -> TrainResult:
+        result = train_model(config, progress, network)
+        result.path = path
+        return result
+
+    return load_or_train(
+        path,
+        shipped,
+        train,
+        load=lambda blob, found: _decode(config, blob, found),
+        save=_blob,
+        force=force,
+        progress=progress,
+    )

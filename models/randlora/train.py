@@ -9,7 +9,6 @@ the package's ``weights/`` folder are found first.
 from __future__ import annotations
 
 import contextlib
-import io
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.errors import InputError
 from edgekit.models.randlora import data
 from edgekit.models.randlora.layers import (
@@ -30,6 +29,7 @@ from edgekit.models.randlora.layers import (
     trainable_parameters,
 )
 from edgekit.models.randlora.lora import apply_lora
+from edgekit.weights_cache import load_or_train
 
 Progress = Callable[[float, str], None]
 METHODS = ("randlora", "lora", "full", "none")
@@ -108,35 +108,26 @@ class PretrainConfig:
     seed: int = 0
 
 
-def _load_state(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
-
-
-def _save_state(path: Path, blob: dict[str, Any]) -> None:
-    buffer = io.BytesIO()
-    torch.save(blob, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-
-
 def pretrained_mlp(config: PretrainConfig | None = None) -> DigitMLP:
     """The pretrained source MLP (eval mode), trained once (~1 s) and cached."""
     config = config or PretrainConfig()
     path = cache_dir("randlora") / f"pretrained-{_key(config)}.pt"
-    blob = _load_state(path)
-    model = DigitMLP(config.hidden)
-    if blob is None:
+
+    def load(blob: dict[str, Any], found: Path) -> DigitMLP:
+        model = DigitMLP(config.hidden)
+        model.load_state_dict(blob["state_dict"])
+        return model
+
+    def train() -> DigitMLP:
         torch.manual_seed(config.seed)
         model = DigitMLP(config.hidden)
         with torch_threads(1):
             fit(model, data.source_task().train, config.steps, config.lr)
-        blob = {"state_dict": model.state_dict()}
-        _save_state(path, blob)
-    model.load_state_dict(blob["state_dict"])
+        return model
+
+    model = load_or_train(
+        path, None, train, load=load, save=lambda model: {"state_dict": model.state_dict()}
+    )
     return model.eval()
 
 
@@ -239,34 +230,45 @@ def train_cached(
     """Adapt (about a second) and merge, or load the cached merged weights of ``config``."""
     config = config or AdaptConfig()
     path = cache_dir("randlora") / f"merged-{config.method}-{_key(config)}.pt"
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        blob = _load_state(candidate)
-        if blob is not None:
-            if progress:
-                progress(1.0, f"loaded cached weights {candidate}")
-            meta = blob["meta"]
-            return DeployResult(
-                blob["state_dict"],
-                config,
-                meta["accuracy"],
-                meta["trainable"],
-                meta["seconds"],
-                True,
-                candidate,
-            )
-    if progress:
-        progress(0.0, f"adapting the pretrained MLP with {config.method}")
-    result = adapt(config)
-    merged = merge_adapters(result.model)
-    state = {k: v.detach().clone() for k, v in merged.state_dict().items()}
-    meta = {
-        "accuracy": result.test_accuracy,
-        "trainable": result.trainable,
-        "seconds": result.seconds,
-    }
-    _save_state(path, {"state_dict": state, "meta": meta})
-    if progress:
-        progress(1.0, f"test accuracy {result.test_accuracy:.3f}")
-    return DeployResult(
-        state, config, result.test_accuracy, result.trainable, result.seconds, False, path
+
+    def load(blob: dict[str, Any], found: Path) -> DeployResult:
+        meta = blob["meta"]
+        return DeployResult(
+            blob["state_dict"],
+            config,
+            meta["accuracy"],
+            meta["trainable"],
+            meta["seconds"],
+            True,
+            found,
+        )
+
+    def train() -> DeployResult:
+        if progress:
+            progress(0.0, f"adapting the pretrained MLP with {config.method}")
+        result = adapt(config)
+        merged = merge_adapters(result.model)
+        state = {k: v.detach().clone() for k, v in merged.state_dict().items()}
+        return DeployResult(
+            state, config, result.test_accuracy, result.trainable, result.seconds, False, path
+        )
+
+    def save(result: DeployResult) -> dict[str, Any]:
+        meta = {
+            "accuracy": result.heldout_accuracy,
+            "trainable": result.trainable,
+            "seconds": result.seconds,
+        }
+        return {"state_dict": result.state_dict, "meta": meta}
+
+    result = load_or_train(
+        path,
+        Path(__file__).parent / "weights",
+        train,
+        load=load,
+        save=save,
+        progress=progress,
     )
+    if progress and not result.cached:
+        progress(1.0, f"test accuracy {result.heldout_accuracy:.3f}")
+    return result

@@ -17,7 +17,6 @@ weights.
 
 from __future__ import annotations
 
-import io
 import math
 import time
 from collections.abc import Callable
@@ -28,15 +27,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.models.sae_polysemy import activations, corpus
 from edgekit.models.sae_polysemy.activations import ACTIVATION_VERSION, D_MODEL, HookPoint
 from edgekit.models.sae_polysemy.sae import SparseAutoencoder, make_sae, reconstruction_metrics
+from edgekit.weights_cache import load_or_train, load_weights, save_weights
 
 Progress = Callable[[float, str], None]
 RESAMPLE_AT = (0.25, 0.5)
 RESAMPLE_POOL = 4096
 RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule); edits that do not change the weights keep it
+SHIPPED_WEIGHTS = Path(__file__).parent / "weights"  # SAEs a package ships, cache file names
 
 
 @dataclass(frozen=True)
@@ -261,59 +262,62 @@ def train_sae(
     return SAEResult(state, config, seconds, metrics)
 
 
-def _save(result: SAEResult, path: Path) -> None:
-    buffer = io.BytesIO()
+def _blob(result: SAEResult) -> dict[str, Any]:
     meta = {
         "config": asdict(result.config),
         "seconds": result.seconds,
         "metrics": result.metrics,
         "torch": str(torch.__version__),
     }
-    torch.save({"state_dict": result.state_dict, "meta": meta}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return {"state_dict": result.state_dict, "meta": meta}
+
+
+def _decode(config: SAEConfig, blob: dict[str, Any], path: Path) -> SAEResult:
+    meta = blob["meta"]
+    return SAEResult(
+        blob["state_dict"], config, float(meta["seconds"]),
+        {k: float(v) for k, v in meta["metrics"].items()}, cached=True, path=path,
+    )  # fmt: skip
 
 
 def load_cached(config: SAEConfig) -> SAEResult | None:
     """The weights of ``config`` shipped in ``weights/``, else cached, or None when absent or
     unreadable."""
-    for path in find_weights(weights_path(config), Path(__file__).parent / "weights"):
-        if not path.is_file():
-            continue
-        try:
-            blob = torch.load(path, map_location="cpu", weights_only=True)
-            meta = blob["meta"]
-            return SAEResult(
-                blob["state_dict"], config, float(meta["seconds"]),
-                {k: float(v) for k, v in meta["metrics"].items()}, cached=True, path=path,
-            )  # fmt: skip
-        except Exception:  # a corrupt or foreign file: retrain and overwrite the cached one
-            continue
-    return None
+    return load_weights(
+        weights_path(config), SHIPPED_WEIGHTS, lambda blob, found: _decode(config, blob, found)
+    )
+
+
+def _train(config: SAEConfig, progress: Progress | None = None) -> SAEResult:
+    """Train ``config`` on its cached activations."""
+    train_x, heldout_x = load_activations([config.hook], config.corpus_templated)
+    return train_sae(config, train_x[config.hook], heldout_x[config.hook], progress)
 
 
 def train_cached(
     config: SAEConfig, progress: Progress | None = None, force: bool = False
 ) -> SAEResult:
     """Cached weights for ``config``, training (and caching) them when needed."""
-    if not force:
-        cached = load_cached(config)
-        if cached is not None:
-            return cached
-    train_x, heldout_x = load_activations([config.hook], config.corpus_templated)
-    result = train_sae(config, train_x[config.hook], heldout_x[config.hook], progress)
     path = weights_path(config)
-    _save(result, path)
-    result.path = path
-    return result
+
+    def train() -> SAEResult:
+        result = _train(config, progress)
+        result.path = path
+        return result
+
+    return load_or_train(
+        path,
+        SHIPPED_WEIGHTS,
+        train,
+        load=lambda blob, found: _decode(config, blob, found),
+        save=_blob,
+        force=force,
+    )
 
 
 def _train_and_save(config: SAEConfig) -> str:
     """Worker: train ``config`` on its cached activations and cache the weights; the path."""
-    train_x, heldout_x = load_activations([config.hook], config.corpus_templated)
-    result = train_sae(config, train_x[config.hook], heldout_x[config.hook])
-    path = weights_path(config)
-    _save(result, path)
-    return str(path)
+    return str(save_weights(weights_path(config), _blob(_train(config))))
 
 
 def train_suite(

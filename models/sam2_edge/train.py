@@ -21,7 +21,6 @@ slower than a 1-thread one (its threads wait on each other whenever one is desch
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,12 +31,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.models.sam2_edge import clips, rollout
 from edgekit.models.sam2_edge.config import EdgeConfig
 from edgekit.models.sam2_edge.model import EdgeSAM2
 from edgekit.progress import step_progress
 from edgekit.train_checkpoint import LoopState, checkpoint_path, load_checkpoint, save_checkpoint
+from edgekit.weights_cache import load_or_train, load_weights
 
 Progress = Callable[[float, str], None]
 CACHE_NAME = "sam2-edge"
@@ -271,8 +271,7 @@ def train_model(
     return TrainResult(state, config, seconds, float(loop.ema or 0.0), loop.losses)
 
 
-def _save(result: TrainResult, path: Path) -> None:
-    buffer = io.BytesIO()
+def _blob(result: TrainResult) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "config": asdict(result.config),
         "seconds": result.seconds,
@@ -280,29 +279,26 @@ def _save(result: TrainResult, path: Path) -> None:
         "losses": result.losses,
         "torch": str(torch.__version__),
     }
-    torch.save({"state_dict": result.state_dict, "meta": meta}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
+    return {"state_dict": result.state_dict, "meta": meta}
+
+
+def _decode(config: TrainConfig, blob: dict[str, Any], path: Path) -> TrainResult:
+    meta = blob["meta"]
+    return TrainResult(
+        blob["state_dict"],
+        config,
+        float(meta["seconds"]),
+        float(meta["final_loss"]),
+        [float(v) for v in meta["losses"]],
+        cached=True,
+        path=path,
+    )
 
 
 def load_cached(config: TrainConfig, path: Path | None = None) -> TrainResult | None:
     """The cached weights of ``config`` (or at ``path``), or None when absent or unreadable."""
     path = path or weights_path(config)
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        meta = blob["meta"]
-        return TrainResult(
-            blob["state_dict"],
-            config,
-            float(meta["seconds"]),
-            float(meta["final_loss"]),
-            [float(v) for v in meta["losses"]],
-            cached=True,
-            path=path,
-        )
-    except Exception:  # a corrupt or foreign file: retrain and overwrite it
-        return None
+    return load_weights(path, None, lambda blob, found: _decode(config, blob, found))
 
 
 def train_cached(
@@ -322,19 +318,28 @@ def train_cached(
     """
     config = config or TrainConfig()
     path = weights_path(config)
-    if not force:
-        for place in find_weights(path, shipped):
-            cached = load_cached(config, place)
-            if cached is not None:
-                return cached
-    start = None
-    if config.init is not None:
-        start = train_cached(config.init, progress, False, show_progress, shipped).state_dict
     partial = checkpoint_path(path)
-    if force:
+
+    def train() -> TrainResult:
+        start = None
+        if config.init is not None:
+            start = train_cached(config.init, progress, False, show_progress, shipped).state_dict
+        if force:
+            partial.unlink(missing_ok=True)
+        result = train_model(
+            config, progress, show_progress, init_weights=start, checkpoint=partial
+        )
+        result.path = path
+        return result
+
+    result = load_or_train(
+        path,
+        shipped,
+        train,
+        load=lambda blob, found: _decode(config, blob, found),
+        save=_blob,
+        force=force,
+    )
+    if not result.cached:
         partial.unlink(missing_ok=True)
-    result = train_model(config, progress, show_progress, init_weights=start, checkpoint=partial)
-    _save(result, path)
-    partial.unlink(missing_ok=True)
-    result.path = path
     return result

@@ -9,17 +9,16 @@ only (the question is context), AdamW, seeded, one thread by default; weights ar
 
 from __future__ import annotations
 
-import io
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
+from edgekit.models.tinylm.cache import cached_lm
 from edgekit.models.tinylm.model import RECIPE_VERSION, TinyCausalLM, answer_batch
 from edgekit.models.tinylm.tokens import VOCAB_SIZE
 
@@ -96,16 +95,9 @@ def train_cached(
     """The trained LM of ``config``: the copy shipped in ``weights/``, else the one in
     ``cache_dir("sdlg")``, training (and caching) it on a miss."""
     config = config or LMConfig()
-    folder = cache_dir("sdlg")
-    weights, meta = folder / f"lm-{config.key()}.pt", folder / f"lm-{config.key()}.json"
-    for found in find_weights(weights, Path(__file__).parent / "weights"):
-        if found.exists() and found.with_suffix(".json").exists():
-            model = config.build()
-            model.load_state_dict(torch.load(found, map_location="cpu", weights_only=True))
-            return model.eval(), json.loads(found.with_suffix(".json").read_text())
-    model, log = train_lm(config, progress)
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    atomic_write_bytes(weights, buffer.getvalue())
-    atomic_write_bytes(meta, json.dumps({**log, "config": asdict(config)}, indent=1).encode())
-    return model, log
+    return cached_lm(
+        config,
+        cache_dir("sdlg"),
+        Path(__file__).parent / "weights",
+        lambda: train_lm(config, progress),
+    )

@@ -6,13 +6,11 @@ A run is stored under ``cache_dir("spectral-reg")`` with a key over the config a
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
+from typing import Any
 
-import torch
-
-from edgekit.cache import atomic_write_bytes, cache_dir, find_weights, recipe_key
+from edgekit.cache import cache_dir, recipe_key
 from edgekit.models.spectral_reg.continual import (
     ContinualConfig,
     ContinualMLP,
@@ -20,6 +18,7 @@ from edgekit.models.spectral_reg.continual import (
     Progress,
     run_continual,
 )
+from edgekit.weights_cache import load_or_train
 
 RECIPE_VERSION = 1  # bump when what training does changes (data, loss, network, schedule)
 
@@ -34,16 +33,10 @@ def run_path(config: ContinualConfig) -> Path:
     return cache_dir("spectral-reg") / f"{config.regularizer}-{run_key(config)}.pt"
 
 
-def _load(config: ContinualConfig, path: Path) -> ContinualResult | None:
-    if not path.is_file():
-        return None
-    try:
-        blob = torch.load(path, map_location="cpu", weights_only=True)
-        model = ContinualMLP(config.hidden, config.depth)
-        model.load_state_dict(blob["state_dict"])
-        curves = json.loads(blob["curves"])
-    except Exception:  # a corrupt or foreign file: rerun and overwrite it
-        return None
+def _decode(config: ContinualConfig, blob: dict[str, Any]) -> ContinualResult:
+    model = ContinualMLP(config.hidden, config.depth)
+    model.load_state_dict(blob["state_dict"])
+    curves = json.loads(blob["curves"])
     return ContinualResult(
         config,
         curves["train_accuracy"],
@@ -56,18 +49,7 @@ def _load(config: ContinualConfig, path: Path) -> ContinualResult | None:
     )
 
 
-def continual_cached(
-    config: ContinualConfig | None = None, progress: Progress | None = None
-) -> ContinualResult:
-    """The run of ``config`` (default: spectral), from the cache or run now and cached."""
-    config = config or ContinualConfig()
-    path = run_path(config)
-    for candidate in find_weights(path, Path(__file__).parent / "weights"):
-        if (cached := _load(config, candidate)) is not None:
-            if progress:
-                progress(1.0, f"loaded cached run {candidate}")
-            return cached
-    result = run_continual(config, progress)
+def _blob(result: ContinualResult) -> dict[str, Any]:
     curves = {
         "train_accuracy": result.train_accuracy,
         "test_accuracy": result.test_accuracy,
@@ -76,7 +58,20 @@ def continual_cached(
         "init_sigmas": result.init_sigmas,
         "seconds": result.seconds,
     }
-    buffer = io.BytesIO()
-    torch.save({"state_dict": result.model.state_dict(), "curves": json.dumps(curves)}, buffer)
-    atomic_write_bytes(path, buffer.getvalue())
-    return result
+    return {"state_dict": result.model.state_dict(), "curves": json.dumps(curves)}
+
+
+def continual_cached(
+    config: ContinualConfig | None = None, progress: Progress | None = None
+) -> ContinualResult:
+    """The run of ``config`` (default: spectral), from the cache or run now and cached."""
+    config = config or ContinualConfig()
+    return load_or_train(
+        run_path(config),
+        Path(__file__).parent / "weights",
+        lambda: run_continual(config, progress),
+        load=lambda blob, found: _decode(config, blob),
+        save=_blob,
+        progress=progress,
+        what="run",
+    )

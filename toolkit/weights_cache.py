@@ -1,0 +1,92 @@
+"""Cached training: load a recipe's torch blob from the shipped weights or the cache, or train it
+and write it atomically.
+
+A recipe's weights file is named by its cache path (``cache_dir(...) / f"...{recipe_key(...)}.pt"``,
+see ``edgekit.cache``); a package may ship a file of the same name in its ``weights/`` folder.
+``load_or_train`` looks at the shipped copy first, then the cache path (``find_weights``), and
+returns the first file that ``torch.load(..., weights_only=True)`` reads and ``load`` accepts; a
+missing, corrupt or foreign file (any exception while reading or decoding it) is skipped. When
+none loads it calls ``train`` once, turns the result into a blob with ``save`` and writes the blob
+to the cache path atomically (``torch.save`` to memory, then ``atomic_write_bytes``), replacing a
+corrupt file there. ``load_weights`` and ``save_weights`` are its two halves, for callers that
+only read or only write an entry. Torch is imported when one of them runs, not with this module.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from edgekit.cache import atomic_write_bytes, find_weights
+
+T = TypeVar("T")
+Progress = Callable[[float, str], None]
+
+
+def load_weights(
+    path: Path,
+    shipped_dir: Path | None,
+    load: Callable[[Any, Path], T],
+    *,
+    progress: Progress | None = None,
+    what: str = "weights",
+) -> T | None:
+    """``load(blob, found)`` of the first of ``find_weights(path, shipped_dir)`` that loads.
+
+    Each candidate that is a file is read with ``torch.load(found, map_location="cpu",
+    weights_only=True)`` and decoded by ``load`` (which returns the result, never None); a
+    candidate whose reading or decoding raises is skipped. Returns None when none loads. On a hit ``progress`` (when given) gets
+    ``(1.0, f"loaded cached {what} {found}")``.
+    """
+    import torch
+
+    for found in find_weights(path, shipped_dir):
+        if not found.is_file():
+            continue
+        try:
+            result = load(torch.load(found, map_location="cpu", weights_only=True), found)
+        except Exception:  # a corrupt or foreign file: try the next one, else retrain
+            continue
+        if progress:
+            progress(1.0, f"loaded cached {what} {found}")
+        return result
+    return None
+
+
+def save_weights(path: Path, blob: Any) -> Path:
+    """``torch.save(blob)`` to ``path`` atomically (a reader never sees a partial file)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(blob, buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_or_train(
+    path: Path,
+    shipped_dir: Path | None,
+    train: Callable[[], T],
+    *,
+    load: Callable[[Any, Path], T],
+    save: Callable[[T], Any],
+    force: bool = False,
+    progress: Progress | None = None,
+    what: str = "weights",
+) -> T:
+    """The weights of one recipe: loaded from the shipped copy or the cache, else trained now.
+
+    ``path`` is the recipe's cache file and ``shipped_dir`` the package folder that may hold a
+    file of the same name (None: the cache only). Without ``force`` the first candidate that
+    ``load_weights`` reads is returned as ``load(blob, found)``. Otherwise (and always with
+    ``force``) ``train()`` runs once, ``save(result)`` gives the blob, which ``save_weights``
+    writes to ``path``, and the trained result is returned.
+    """
+    if not force:
+        found = load_weights(path, shipped_dir, load, progress=progress, what=what)
+        if found is not None:
+            return found
+    result = train()
+    save_weights(path, save(result))
+    return result
