@@ -103,3 +103,30 @@ def onnx_sessions(graphs: list, folder: Path) -> dict:
         )
         for g in graphs
     }
+
+
+def perturbed(module, seed: int = 0, scale: float = 0.1):  # noqa: ANN001, ANN201
+    """``module`` in eval mode with every weight moved off its init by seeded N(0, scale^2)
+    noise (zero-initialised gates and layers too), so outputs are non-trivial."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=gen))
+    return module.eval()
+
+
+def minilm_fast_tokenizer():  # noqa: ANN201
+    """A transformers fast tokenizer over MiniLM's WordPiece vocabulary ([SEP] as EOS), for the
+    tiny random Hugging Face models the backend tests build."""
+    import transformers
+
+    from edgekit.models.minilm.encoder import tokenizer_path
+
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_file=str(tokenizer_path()),
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        eos_token="[SEP]",
+    )

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import minilm_fast_tokenizer
 
 from edgekit.errors import InputError
 from edgekit.models.agents_room import world
@@ -415,14 +416,8 @@ def test_exported_graph_writes_the_same_stories_as_torch(
 def test_transformers_backend_from_a_local_tiny_gpt2(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from edgekit.models.agents_room.hf_backend import TransformersBackend
-    from edgekit.models.minilm.encoder import tokenizer_path
 
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_file=str(tokenizer_path()),
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        eos_token="[SEP]",
-    )
+    tokenizer = minilm_fast_tokenizer()
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         vocab_size=tokenizer.vocab_size, n_positions=32, n_embd=16, n_layer=1, n_head=2

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import minilm_fast_tokenizer
 
 from edgekit.errors import InputError
 from edgekit.models.con_j.hf_judge import (
@@ -39,15 +40,9 @@ PAIRS = [
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
     """A random 1-layer GPT-2 with the MiniLM WordPiece tokenizer, saved to a local folder."""
-    from edgekit.models.minilm.encoder import tokenizer_path
 
     folder = tmp_path_factory.mktemp("tiny-gpt2-judge")
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_file=str(tokenizer_path()),
-        unk_token="[UNK]",
-        pad_token="[PAD]",
-        eos_token="[SEP]",
-    )
+    tokenizer = minilm_fast_tokenizer()
     torch.manual_seed(0)
     config = transformers.GPT2Config(
         vocab_size=tokenizer.vocab_size, n_positions=256, n_embd=16, n_layer=1, n_head=2,

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import onnx_sessions
+from conftest import onnx_sessions, perturbed
 
 from edgekit.card import Runner
 from edgekit.errors import InputError
@@ -25,15 +25,6 @@ torch.set_num_threads(1)
 C, L, H = 3, 16, 8
 
 
-def _perturbed(module: torch.nn.Module, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:
-    """Move every weight off its init (zero-init gates included) so outputs are non-trivial."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=gen))
-    return module.eval()
-
-
 def test_adaln_zero_blocks_start_as_identity_and_patchdn_outputs_zero() -> None:
     torch.manual_seed(0)
     block = DiTBlock(16, 2)
@@ -44,7 +35,7 @@ def test_adaln_zero_blocks_start_as_identity_and_patchdn_outputs_zero() -> None:
         torch.randn(2, C, H), torch.tensor([3.0, 70.0]), torch.randn(2, C, L), torch.randn(2, C, H)
     )
     assert out.shape == (2, C, H) and torch.count_nonzero(out) == 0
-    _perturbed(block)
+    perturbed(block)
     assert not torch.allclose(block(x, c), x)
 
 
@@ -117,8 +108,8 @@ def test_series_noise_is_heteroscedastic_and_windows_are_chronological() -> None
 def test_onnx_and_torch_samples_agree_under_the_same_noise(tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     torch.manual_seed(0)
-    point = _perturbed(PointForecaster(L, H, hidden=16), 1)
-    denoiser = _perturbed(PatchDN(C, L, H, patch=4, dim=16, depth=2, heads=2), 2)
+    point = perturbed(PointForecaster(L, H, hidden=16), 1)
+    denoiser = perturbed(PatchDN(C, L, H, patch=4, dim=16, depth=2, heads=2), 2)
     history = np.random.default_rng(0).normal(size=(5, C, L)).astype(np.float32)
     graphs = d3u_graphs(point, denoiser, history[:2], H)
     reference, onnx = eager_runners(graphs), onnx_sessions(graphs, tmp_path)

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import perturbed
 
 from edgekit.errors import InputError
 from edgekit.models.hissd.attention import EntityAttention, EntityEncoder, attend
@@ -38,12 +39,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, atol: float = 1e-6) -> None:
     np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=atol, rtol=1e-5)
 
 
-def _perturbed(module: torch.nn.Module, seed: int = 0, scale: float = 0.2) -> torch.nn.Module:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=gen))
-    return module.eval()
+def _perturbed(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    return perturbed(module, seed, scale=0.2)
 
 
 # ---- losses --------------------------------------------------------------------------------

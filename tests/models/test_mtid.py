@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import onnx_sessions
+from conftest import onnx_sessions, perturbed
 
 from edgekit.errors import InputError
 from edgekit.models.mtid.denoiser import PlanDenoiser
@@ -42,14 +42,6 @@ torch.set_num_threads(1)
 
 LAYOUT = Layout(tasks=3, actions=5, obs_dim=4)
 T = 3
-
-
-def _perturbed(module: torch.nn.Module, seed: int = 0, scale: float = 0.1) -> torch.nn.Module:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=gen))
-    return module.eval()
 
 
 def test_plan_metrics_match_hand_computed_values() -> None:
@@ -152,7 +144,7 @@ def test_latent_interpolation_is_the_convex_mix_of_encoded_frames() -> None:
 def test_denoiser_mask_zeroes_out_of_task_actions_and_keeps_samples_independent() -> None:
     table = np.array([[1, 1, 0, 0, 0], [0, 0, 1, 1, 0], [0, 1, 0, 0, 1]], dtype=np.float32)
     torch.manual_seed(0)
-    net = _perturbed(PlanDenoiser(LAYOUT, T, table, dim=16, depth=2, heads=2), 1)
+    net = perturbed(PlanDenoiser(LAYOUT, T, table, dim=16, depth=2, heads=2), 1)
     b = 4
     task = torch.from_numpy(one_hot(np.array([0, 1, 2, 1]), 3))
     start, goal, noisy = torch.randn(b, 4), torch.randn(b, 4), torch.randn(b, T, LAYOUT.width)
@@ -241,8 +233,8 @@ def test_onnx_and_torch_plans_agree_under_the_same_noise(tmp_path: Path) -> None
 
     table = np.array([[1, 1, 1, 0, 0], [0, 0, 1, 1, 1], [1, 0, 0, 1, 1]], dtype=np.float32)
     torch.manual_seed(0)
-    clf = _perturbed(TaskClassifier(4, 3, hidden=16), 1, 0.5)
-    net = _perturbed(PlanDenoiser(LAYOUT, T, table, dim=16, depth=2, heads=2), 2, 0.3)
+    clf = perturbed(TaskClassifier(4, 3, hidden=16), 1, 0.5)
+    net = perturbed(PlanDenoiser(LAYOUT, T, table, dim=16, depth=2, heads=2), 2, 0.3)
     rng = np.random.default_rng(0)
     start, goal = (
         rng.normal(size=(7, 4)).astype(np.float32),

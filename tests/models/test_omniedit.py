@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import perturbed
 
 from edgekit.errors import InputError
 from edgekit.models.omniedit.curation import effective_sample_size, sampling_probabilities
@@ -157,13 +158,8 @@ def test_curation_probabilities_and_auc_match_hand_values() -> None:
         sampling_probabilities(scores, "importance", temperature=0.0)
 
 
-def _perturbed(module: torch.nn.Module, seed: int = 0, scale: float = 0.2) -> torch.nn.Module:
-    """Move every weight off its init (the zero-initialised layers too)."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(scale * torch.randn(p.shape, generator=gen))
-    return module.eval()
+def _perturbed(module: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    return perturbed(module, seed, scale=0.2)
 
 
 def _editor(arch: str, seed: int = 0) -> Editor:
