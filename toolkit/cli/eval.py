@@ -47,7 +47,10 @@ def eval_cmd(
     ] = None,
     judge: Annotated[
         Path | None,
-        typer.Option(help="bingoguard: evaluate an LLM judge from local weights (a folder)"),
+        typer.Option(
+            help="cards with an LLM judge (bingoguard, con-j): evaluate the judge from local "
+            "weights (a folder)"
+        ),
     ] = None,
     option: Annotated[
         list[str] | None,
