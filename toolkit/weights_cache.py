@@ -15,6 +15,7 @@ only read or only write an entry. Torch is imported when one of them runs, not w
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,7 +38,8 @@ def load_weights(
 
     Each candidate that is a file is read with ``torch.load(found, map_location="cpu",
     weights_only=True)`` and decoded by ``load`` (which returns the result, never None); a
-    candidate whose reading or decoding raises is skipped. Returns None when none loads. On a hit ``progress`` (when given) gets
+    candidate whose reading or decoding raises is skipped with a warning naming the file and
+    the error. Returns None when none loads. On a hit ``progress`` (when given) gets
     ``(1.0, f"loaded cached {what} {found}")``.
     """
     import torch
@@ -47,7 +49,13 @@ def load_weights(
             continue
         try:
             result = load(torch.load(found, map_location="cpu", weights_only=True), found)
-        except Exception:  # a corrupt or foreign file: try the next one, else retrain
+        except Exception as exc:  # a corrupt or foreign file: try the next one, else retrain
+            reason = (str(exc).splitlines() or [""])[0][:160]
+            warnings.warn(
+                f"{what} {found} does not load ({type(exc).__name__}: {reason}); using the "
+                "next copy or training again",
+                stacklevel=2,
+            )
             continue
         if progress:
             progress(1.0, f"loaded cached {what} {found}")

@@ -14,6 +14,9 @@ torch = pytest.importorskip("torch")
 
 from edgekit.weights_cache import load_or_train, load_weights, save_weights  # noqa: E402
 
+# damaged files are skipped with a warning (asserted in the shipped-file test)
+pytestmark = pytest.mark.filterwarnings("ignore:weights .* does not load:UserWarning")
+
 
 class _Trainer:
     """Trains a tiny Linear(3, 2) a few seeded steps; counts its calls."""
@@ -103,7 +106,8 @@ def test_a_corrupt_shipped_file_falls_back_to_the_cache(tmp_path: Path) -> None:
     shipped.mkdir()
     (shipped / path.name).write_bytes(b"not a torch file")
     train = _Trainer()
-    net, found = _cached(path, shipped, train)
+    with pytest.warns(UserWarning, match=rf"{shipped / path.name} does not load \(Unpickling"):
+        net, found = _cached(path, shipped, train)
     assert train.calls == 0 and found == path and _same(net, cached)
 
 
