@@ -9,12 +9,17 @@ The released weights are: L2-regularised softmax regression (ERM) on the trainin
 then Gaussian noise calibrated to the (q, eps) Renyi budget (certify.py). Seconds on one core.
 
 The noise is drawn from OS entropy (``noise_seed=None``, the default), so it cannot be
-regenerated and subtracted. The released weights (never the noise or the noiseless weights)
-are cached under ``cache_dir("certified-unlearning")``, keyed by the config and
-``RECIPE_VERSION`` and named with a digest of the weights, so every card built from the same
-recipe on this machine (export, verify) serves the same release; a bundle records that name and
-verifying it against another release fails loudly. ``edgekit eval certified-unlearning`` runs the
-synthetic study (experiment.py).
+regenerated and subtracted. ``noise_seed=N`` (tests and reproducible research runs only) warns
+and is written into the bundle's ``preprocessing.certificate`` with the warning that the
+certificate does not hold for that release. Training (ERM, the unlearning steps) is
+deterministic given the config; only the noise is random. The released weights (never the
+noise or the noiseless weights) are cached under ``cache_dir("certified-unlearning")``, keyed by
+the config and ``RECIPE_VERSION`` and named with a digest of the weights, so every card built
+from the same recipe on this machine (export, verify) serves the same release (fresh noise per
+export of the same noiseless weights would let anyone average the releases); a bundle records
+that name and verifying it against another release fails loudly. ``edgekit eval
+certified-unlearning`` runs the synthetic study and the membership audit (experiment.py,
+audit.py).
 """
 
 from __future__ import annotations
@@ -190,6 +195,8 @@ class CertifiedUnlearningCard(ModelCard):
 
             raise InputError(f"certified-unlearning options {unknown} are not {sorted(fields)}")
         self.config = UnlearnConfig(**options)
+        if self.config.noise_seed is not None:
+            certify.release_rng(self.config.noise_seed)  # validates it and warns, even if cached
         self._result: UnlearnResult | None = None
 
     def _split(self) -> data.Split:
@@ -240,8 +247,20 @@ class CertifiedUnlearningCard(ModelCard):
             "inside_graph": f"x = pixels * {data.DIGITS_SCALE:.6g}, rows clipped to norm "
             f"{data.DIGITS_FEATURE_NORM}",
             "output": {"name": "logits", "postprocess": "softmax, argmax over digits 0-9"},
-            "certificate": {"q": self.config.q, "eps": self.config.eps},
+            "certificate": self.certificate(),
         }
+
+    def certificate(self) -> dict[str, Any]:
+        """The (q, eps) budget and where the release noise came from (the bundle records it):
+        OS entropy, or the seed with ``certify.SEEDED_NOISE_WARNING`` (the certificate void)."""
+        record: dict[str, Any] = {"q": self.config.q, "eps": self.config.eps}
+        if self.config.noise_seed is None:
+            return {**record, "noise": "OS entropy (not recorded, not reproducible)"}
+        return {
+            **record, "noise": f"noise_seed={self.config.noise_seed}",
+            "noise_seed": self.config.noise_seed, "holds": False,
+            "warning": certify.SEEDED_NOISE_WARNING,
+        }  # fmt: skip
 
     def labels(self) -> list[str]:
         return [str(i) for i in range(10)]

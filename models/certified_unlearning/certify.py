@@ -42,6 +42,7 @@ the same output noise.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,18 +119,27 @@ def steps_needed(distance0: float, target: float, mu: float, smooth: float) -> i
     return math.ceil(math.log(distance0 / target) / -math.log(contraction(mu, smooth)))
 
 
+SEEDED_NOISE_WARNING = (
+    "release noise drawn from a fixed noise_seed: anyone who knows the seed can regenerate the "
+    "noise and subtract it, so the unlearning certificate does not hold for this release (use "
+    "it for tests and reproducible research runs only)"
+)
+
+
 def release_rng(noise_seed: int | None = None) -> np.random.Generator:
     """The generator for a released model's Gaussian noise.
 
     ``None`` (the only default anywhere) draws fresh OS entropy, so nobody can regenerate the
     noise and subtract it from the released weights; the certificate relies on the noise being
-    secret. An explicit non-negative ``noise_seed`` makes the draw reproducible (tests only:
-    a seeded release certifies nothing against anyone who knows the seed).
+    secret. An explicit non-negative ``noise_seed`` makes the draw reproducible (tests and
+    research runs only: a seeded release certifies nothing against anyone who knows the seed)
+    and warns so (``SEEDED_NOISE_WARNING``, a UserWarning).
     """
     if noise_seed is None:
         return np.random.default_rng(np.random.SeedSequence())
     if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
         raise InputError(f"noise_seed must be None or an int >= 0, got {noise_seed!r}")
+    warnings.warn(f"{SEEDED_NOISE_WARNING} (noise_seed={noise_seed})", UserWarning, stacklevel=2)
     return np.random.default_rng(noise_seed)
 
 

@@ -6,6 +6,9 @@
 2. Cost: GD steps on the retain set needed to reach a target noise level, for in- and
    out-of-distribution forget sets, from an ERM and from a trimmed-mean model: certified (the
    bound) and empirical (the true distance to the retrained model), against retraining.
+3. Audit (audit.py): a loss-threshold membership-inference attack on the forgotten rows vs
+   held-out rows, for the original, skipped-steps, unlearned and retrained models, on the card's
+   digits recipe and on a memorising one; and the distinguishing attack on the digits recipe.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.card import ModelCard
-from edgekit.models.certified_unlearning import certify, data, logistic
+from edgekit.models.certified_unlearning import audit, certify, data, logistic
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,10 @@ class StudyConfig:
     erm_tol: float = 1e-8
     robust_tol: float = 1e-7
     seed: int = 0
+    audit_scenarios: tuple[str, ...] = ("digits", "memorising")  # keys of audit.SCENARIOS
+    audit_draws: int = 100
+    audit_boots: int = 2000
+    distinguish_draws: int = 200  # 0: no distinguishing audit
 
 
 def _test_loss(weights: np.ndarray, split: data.Split) -> float:
@@ -145,26 +152,121 @@ def cost_rows(config: StudyConfig, step: Any = None) -> list[dict[str, Any]]:
     return rows
 
 
+def audit_rows(config: StudyConfig, step: Any = None) -> dict[str, Any]:
+    """{"membership": one entry per scenario, "distinguishing": the digits distinguisher}."""
+    membership = []
+    for key in config.audit_scenarios:
+        if step:
+            step(f"membership audit {key}")
+        result = audit.membership_audit(
+            audit.SCENARIOS[key], config.audit_draws, config.audit_boots, config.seed
+        )
+        membership.append(
+            {
+                "key": key,
+                **asdict(result),
+                "control_above_chance": result.control_above_chance,
+                "control_above_retrained": result.control_above_retrained,
+            }  # fmt: skip
+        )
+    distinguishing = None
+    if config.distinguish_draws:
+        if step:
+            step("distinguishing audit digits")
+        distinguishing = asdict(
+            audit.distinguishing_audit(audit.DIGITS, config.distinguish_draws, seed=config.seed)
+        )
+    return {"membership": membership, "distinguishing": distinguishing}
+
+
 def run_study(config: StudyConfig | None = None, show_progress: bool = True) -> dict[str, Any]:
-    """Both parts of the study; returns the report dict (config, utility rows, cost rows)."""
+    """The three parts of the study; returns the report dict (config, utility rows, cost rows,
+    audits)."""
     from edgekit.progress import step_progress
 
     config = config or StudyConfig()
     total = len(config.dims) * len(config.forget_sizes) + 2 * len(config.forget_sizes)
+    total += len(config.audit_scenarios) + bool(config.distinguish_draws)
     started = time.perf_counter()
     with step_progress("certified unlearning", total, show_progress) as step:
         utility = utility_rows(config, step)
         cost = cost_rows(config, step)
+        audits = audit_rows(config, step)
     return {
         "config": asdict(config),
         "utility": utility,
         "cost": cost,
+        **audits,
         "seconds": time.perf_counter() - started,
     }
 
 
+MODEL_LABELS = {
+    "original": "original (before unlearning, no noise)",
+    "skipped": "original + noise (steps skipped: broken)",
+    "unlearned": "unlearned + noise (the release)",
+    "retrained": "retrained + noise (reference)",
+}
+
+
+def _interval(cell: dict[str, float] | None, digits: int = 3, percent: bool = False) -> str:
+    if cell is None:
+        return "-"
+    scale, unit = (100.0, " %") if percent else (1.0, "")
+    value, low, high = (scale * cell[k] for k in ("value", "low", "high"))
+    return f"{value:+.{digits}g}{unit} [{low:+.{digits}g}, {high:+.{digits}g}]"
+
+
+def print_audit(report: dict[str, Any], console: Any) -> None:
+    """The membership table (one block of rows per scenario), its verdict lines and the
+    distinguisher's line."""
+    from rich.table import Table
+
+    membership = report.get("membership") or []
+    if membership:
+        cfg = report["config"]
+        table = Table(
+            title="membership-inference audit (loss threshold): AUC at telling forgotten rows "
+            f"from held-out rows, {cfg['audit_draws']} noise draws, 95 % bootstrap intervals "
+            "over rows"
+        )
+        for col in ("scenario", "f / held out", "model", "sigma", "attack AUC",
+                    "AUC - retrained", "share of original's excess"):  # fmt: skip
+            table.add_column(col, justify="right" if col != "model" else "left")
+        for entry in membership:
+            for i, row in enumerate(entry["rows"]):
+                auc = row["auc"]
+                table.add_row(
+                    entry["key"] if i == 0 else "",
+                    f"{entry['members']} / {entry['nonmembers']}" if i == 0 else "",
+                    MODEL_LABELS.get(row["model"], row["model"]), f"{row['sigma']:.3g}",
+                    f"{auc['value']:.3f} [{auc['low']:.3f}, {auc['high']:.3f}]",
+                    _interval(row["minus_reference"]),
+                    _interval(row["share_of_control"], percent=True),
+                )  # fmt: skip
+            table.add_section()
+        console.print(table)
+        for entry in membership:
+            chance = "above chance" if entry["control_above_chance"] else "NOT above chance"
+            power = (
+                "the paired comparison finds it (the audit has power here)"
+                if entry["control_above_retrained"]
+                else "nor above the retrained model's: the audit has NO power on this scenario"
+            )
+            console.print(f"{entry['key']}: the original model's AUC is {chance}; {power}")
+    found = report.get("distinguishing")
+    if found:
+        console.print(
+            "distinguisher (knows the forget set, digits): AUC unlearned vs retrained "
+            f"{found['unlearned_auc']['value']:.3f} [{found['unlearned_auc']['low']:.3f}, "
+            f"{found['unlearned_auc']['high']:.3f}]; steps skipped vs retrained "
+            f"{found['control_auc']['value']:.3f} [{found['control_auc']['low']:.3f}, "
+            f"{found['control_auc']['high']:.3f}]"
+        )
+
+
 def print_report(report: dict[str, Any], console: Any) -> None:
-    """Two rich tables: utility (d, f) and cost (in/out, f)."""
+    """Rich tables: utility (d, f), cost (in/out, f) and the audits (``print_audit``)."""
     from rich.table import Table
 
     cfg = report["config"]
@@ -193,6 +295,7 @@ def print_report(report: dict[str, Any], console: Any) -> None:
         ]
         cost.add_row(r["forget_data"], str(r["forget"]), *cells)
     console.print(cost)
+    print_audit(report, console)
 
 
 def plot_report(report: dict[str, Any], path: Path) -> None:

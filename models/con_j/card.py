@@ -2,11 +2,12 @@
 and the Bradley-Terry reward model baseline, both deployable.
 
 "judge": input_ids (B, S) int64 + attention_mask (B, S) int64, a judge prompt ``[CLS] question
-[SEP] a : answer [SEP] b : answer [SEP]`` (fields filled to fixed slots) plus the judgment so far (MiniLM WordPiece ids, right
-padding, S <= 48) -> next_logits (B, 30522) float32. The host loop decodes greedily until [SEP]
-and reads the verdict from the value quoted after the last ``better :``: "a" or "b" is the
-answer whose value (last word) equals the quote, none when it matches neither or both
-(``generate.py``, ``judge_format.py``).
+[SEP] a : answer [SEP] b : answer [SEP]`` (fields filled to fixed slots) plus the judgment so
+far (MiniLM WordPiece ids, right padding, S <= 48) -> next_logits (B, 30522) float32. The judge
+is trained to write ``rationale . better : value``, the better answer's value, not its label a /
+b: the host loop decodes greedily until [SEP] and reads the verdict from the value quoted after
+the last ``better :``: "a" or "b" is the answer whose value (last word) equals the quote, none
+when it matches neither or both (``generate.py``, ``judge_format.py``).
 "reward": MiniLM tokens of "question answer" (B, S) int64 + mask -> reward (B,) float32; the
 answer with the higher reward wins.
 
@@ -128,6 +129,10 @@ class ConJCard(ModelCard):
             "lowercase": True,
             "judge": {
                 "prompt": "[CLS] question [SEP] a : answer a [SEP] b : answer b [SEP]",
+                "slots": (
+                    "question filled on the right to 10 tokens, each answer on the left to 6 "
+                    "(its value last), with id 1 ([unused0]), attended"
+                ),
                 "judgment": "rationale . better : value [SEP]; greedy, at most 12 new tokens",
                 "padding": "right, id 0, attention_mask 0",
                 "max_length": 48,

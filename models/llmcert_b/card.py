@@ -6,9 +6,11 @@ and sequence dynamic, S <= 48). Card options are ``BiasLMConfig`` fields (``bias
 gives the stereotyped LM).
 
 ``evaluate`` certifies through any runner: the share of plain counterfactual prompts answered
-alike, and random-token-prefix certificates (``eval_n`` draws on ``eval_prompts`` base
-prompts). ``experiment`` (``edgekit eval llmcert-b``) runs the full study of both LMs under
-the three prefix distributions (experiment.py).
+alike, and random-token-prefix certificates, one per base prompt on its own ``eval_n`` draws
+(``eval_prompts`` prompts x ``eval_n`` = 2 x 20, not one certificate on 40 draws).
+``experiment`` (``edgekit eval llmcert-b``) runs the full study of both LMs under the three
+prefix distributions: per LM and distribution 4 base prompts x n = 50 draws, one certificate
+per prompt (experiment.py).
 """
 
 from __future__ import annotations

@@ -53,7 +53,8 @@ class MM15Card(ModelCard):
     task: ClassVar[str] = "visual-question-answering"
     architecture: ClassVar[str] = "transformer"
     summary: ClassVar[str] = (
-        "tiny MM1.5 recipe: conv-stem image encoder (no transformer blocks by default) + "
+        "tiny MM1.5 recipe: convolutional image encoder (3x3 convs; transformer blocks only "
+        "with enc_depth > 0, none by default) + "
         "C-Abstractor + causal char decoder, image splitting (overview + sub-image grid), "
         "boxes as text for referring / grounding, staged data-mixture training (pre-train -> "
         "OCR continual pre-train -> SFT)"

@@ -1,4 +1,4 @@
-"""The tiny MM1.5-style VLM: conv-stem image encoder -> C-Abstractor connector -> causal decoder.
+"""The tiny MM1.5-style VLM: convolutional image encoder -> C-Abstractor -> causal decoder.
 
 - ``TileEncoder`` (a convolutional encoder; a ViT only when ``enc_depth`` > 0): each (1, S, S)
   tile -> 3x3 convs down to a patch grid (dim, S/p, S/p) -> ``enc_depth`` pre-norm transformer
@@ -63,16 +63,17 @@ class Block(nn.Module):
 
 
 class TileEncoder(nn.Module):
-    """Conv stem (+ ``depth`` transformer blocks, none in the trained recipe) over one tile:
-    (B, 1, S, S) -> (B, dim, S/patch, S/patch)."""
+    """3x3 convs, stride 2 down to the patch grid (+ ``depth`` transformer blocks, none in the
+    trained recipe) over one tile: (B, 1, S, S) -> (B, dim, S/patch, S/patch)."""
 
     def __init__(self, tile: int, patch: int, dim: int, depth: int, heads: int) -> None:
         super().__init__()
         self.grid = tile // patch
         if patch not in (1, 2, 4, 8):
-            raise ValueError(f"patch must be 1, 2, 4 or 8 (stride-2 conv stem), got {patch}")
-        # convolutional stem ("early convolutions help transformers see"): 3x3 convs, each
-        # stride-2 one halving the resolution, instead of one non-overlapping patch projection
+            raise ValueError(f"patch must be 1, 2, 4 or 8 (stride-2 convs), got {patch}")
+        # 3x3 convs, each stride-2 one halving the resolution, instead of one non-overlapping
+        # patch projection (with blocks after it: the stem of "early convolutions help
+        # transformers see"; without, as trained, the whole encoder)
         layers: list[nn.Module] = [nn.Conv2d(1, dim // 2, 3, padding=1, bias=False), nn.GELU()]
         width = dim // 2
         for _ in range(int(math.log2(patch))):

@@ -3,11 +3,14 @@
 One graph, "editor": source (B, 3, S, S) float32 in [0, 1] and instruction (B, I) float32 (the
 one-hot groups of ``scenes.Instruction.vector``, I = INSTRUCTION_DIM) -> edited (B, 3, S, S)
 float32, the predicted edit. The default editor is EditNet trained on importance-sampled pairs.
+Instructions are never text: the editor reads only the one-hot vector (``Instruction.text`` is
+for display). Images are square S x S canvases of the trained size (positions are fixed per
+size), so the paper's any-aspect-ratio training and editing is not built.
 
 Options are ``OmniEditConfig`` fields (``arch``: concat | controlnet | editnet; ``curation``:
 none | filter | importance | oracle; sizes); training is cached under ``cache_dir("omniedit")``
-(about 800 AdamW steps, 30 s of CPU on an idle core; minutes on a loaded machine). ``edgekit eval omniedit`` runs the study in
-experiment.py.
+(about 800 AdamW steps, 30 s of CPU on an idle core; minutes on a loaded machine).
+``edgekit eval omniedit`` runs the study in experiment.py.
 """
 
 from __future__ import annotations
@@ -96,8 +99,14 @@ class OmniEditCard(ModelCard):
     def preprocessing(self) -> dict[str, Any]:
         c = self.config
         return {
-            "input": f"source (B, 3, {c.size}, {c.size}) float32 RGB in [0, 1]",
-            "instruction": {"layout": "concatenated one-hot groups", "groups": dict(GROUPS)},
+            "input": (
+                f"source (B, 3, {c.size}, {c.size}) float32 RGB in [0, 1]; square, this size "
+                "only (no other size or aspect ratio)"
+            ),
+            "instruction": {
+                "layout": "concatenated one-hot groups (no text input)",
+                "groups": dict(GROUPS),
+            },
             "output": f"edited (B, 3, {c.size}, {c.size}) float32, clip to [0, 1]",
             "editor": {"arch": c.arch, "curation": c.curation},
         }

@@ -3,18 +3,23 @@
 One graph, "svm": histograms (B, F) float32, the subgraph's WL colour counts (rounds 0..depth)
 on the global graph then on its induced subgraph, concatenated -> scores (B, C) float32, one
 SVM decision value per class (argmax = class). The kernel rows against the support vectors are
-computed inside the graph. Histograms come from ``WLKSResult.histograms``, which only indexes
-the task's own subgraphs (train/val/test, refined together when fitting): the WL palette that
-maps colours to histogram columns is discarded after fitting, so the bundle cannot score an
-unseen subgraph; a new subgraph means refitting on the task plus that subgraph.
+computed inside the graph. The bundle ships the fitted WL palettes (rounds 0..depth, up to
+a few hundred kB of JSON) as ``assets/wl_palette.json``: ``WLFeaturizer.from_json(...)
+.histograms(graph, subgraphs)`` (``wl.py``, numpy only) turns subgraphs of any graph into the
+graph's input, so the bundle scores subgraphs it never saw, also on other graphs. A colour the
+fit never saw counts for nothing, and the tercile labels of density / cut ratio / coreness are
+relative to the fitted task's subgraphs, so scores on another graph are rougher than on the
+task's own test split.
 
 Options: ``task`` (one of tasks.TASKS, default "coreness"), ``seed``, ``count``, ``n``.
-Fitting takes about two seconds, so nothing is cached on disk. ``edgekit eval wlks`` runs the
-study in experiment.py.
+Fitting takes about two seconds, so it is not cached; ``assets()`` writes the palette file
+under ``cache_dir("wlks")`` for the bundle. ``edgekit eval wlks`` runs the study in
+experiment.py.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -28,6 +33,7 @@ from edgekit.models.wlks.method import WLKSResult, fit_wlks
 from edgekit.models.wlks.tasks import TASKS, make_task
 
 GRAPH = "svm"
+PALETTE = "wl_palette.json"  # bundle asset: WLFeaturizer.to_json() of the fitted model
 
 
 @dataclass
@@ -150,10 +156,25 @@ class WLKSCard(ModelCard):
                 for f, s in zip(result.levels, sizes, strict=True)
             ],
             "depth": result.choice.depth,
+            "palette": PALETTE,
+            "featurizer": (
+                f"edgekit.models.wlks.wl.WLFeaturizer.from_json(json of assets/{PALETTE})"
+                ".histograms(graph, subgraphs); colours the fit never saw count for nothing"
+            ),
             "kernel_weights": list(result.choice.weights),
             "task": self.config,
             "output": {"name": "scores", "postprocess": "argmax over classes"},
         }
+
+    def assets(self) -> dict[str, str]:
+        """``wl_palette.json``: the fitted palettes, written under ``cache_dir("wlks")``."""
+        from edgekit.cache import atomic_write_text, cache_dir, recipe_key
+
+        text = json.dumps(self.fit().featurizer().to_json(), separators=(",", ":"))
+        path = cache_dir("wlks") / f"wl_palette-{recipe_key('wlks-palette', 1, self.config)}.json"
+        if not path.is_file() or path.read_text() != text:
+            atomic_write_text(path, text)
+        return {PALETTE: str(path)}
 
     def labels(self) -> list[str]:
         return [f"class {c}" for c in range(self.fit().task.classes)]

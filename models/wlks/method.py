@@ -23,7 +23,7 @@ from edgekit.models.wlks.svm import (
     select,
 )
 from edgekit.models.wlks.tasks import SubgraphTask
-from edgekit.models.wlks.wl import GLOBAL, LevelFeatures, subgraph_histograms
+from edgekit.models.wlks.wl import GLOBAL, LevelFeatures, WLFeaturizer, subgraph_histograms
 
 KERNELS: dict[str, tuple[int, ...]] = {"k0": (0,), "kD": (GLOBAL,), "combined": (GLOBAL, 0)}
 
@@ -47,6 +47,11 @@ class WLKSResult:
     def histograms(self, index: np.ndarray) -> np.ndarray:
         """(len(index), F) float32 ``KernelSVM`` inputs of the task's subgraphs ``index``."""
         return level_histograms(self.levels, self.choice.depth, index)
+
+    def featurizer(self) -> WLFeaturizer:
+        """The fitted WL palettes (rounds 0..depth): histograms of subgraphs of any graph in the
+        layout ``module()`` reads; on the task's own subgraphs equal to ``histograms``."""
+        return WLFeaturizer.from_levels(self.levels, self.choice.depth)
 
     def module(self) -> KernelSVM:
         """The decision function as a torch module (eval mode): histograms -> scores."""

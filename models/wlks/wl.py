@@ -8,6 +8,11 @@ histogram over rounds 0..T is one sparse count vector; its dot product is the WL
 WLKS-k refines the subgraph induced by the k-hop ball around the subgraph's nodes and counts the
 colours of the subgraph's own nodes only: k = 0 is WL on the induced subgraph, k = -1 (the
 diameter D, the whole component) is WL on the global graph.
+
+A fitted model keeps each level's palette in a ``WLFeaturizer`` (JSON, up to a few hundred
+kB), so subgraphs of graphs it never saw get histograms in the fitted column layout: their
+colours that the fit also saw are counted in the same columns, colours it never saw count for
+nothing.
 """
 
 from __future__ import annotations
@@ -83,6 +88,8 @@ class LevelFeatures:
     k: int
     counts: np.ndarray  # (N, F) float64
     rounds: np.ndarray  # (F,) int64
+    palette: Palette | None = None  # the palette the colours were refined with
+    ids: np.ndarray | None = None  # (F,) int64 palette id of each column
 
     def features(self, depth: int) -> np.ndarray:
         """(N, F_T) histograms over the colours of rounds 0..``depth``."""
@@ -93,6 +100,29 @@ class LevelFeatures:
         return np.flatnonzero(self.rounds <= depth)
 
 
+def _check_level(subgraphs: list[np.ndarray], k: int) -> None:
+    if k < GLOBAL:
+        raise InputError(f"k must be >= 0 or {GLOBAL} (global), got {k}")
+    for i, nodes in enumerate(subgraphs):
+        if len(nodes) == 0:
+            raise InputError(f"subgraph {i} has no nodes")
+
+
+def _level_colours(
+    graph: Graph, subgraphs: list[np.ndarray], k: int, rounds: int, palette: Palette
+) -> list[np.ndarray]:
+    """Per subgraph, the (rounds + 1, m) colours of its own nodes refined on its k-hop ball."""
+    if k == GLOBAL:
+        colours = refine(graph, rounds, palette)
+        return [colours[:, np.asarray(nodes)] for nodes in subgraphs]
+    rows = []
+    for nodes in subgraphs:
+        ball = graph.ball(np.asarray(nodes), k)
+        colours = refine(graph.induced(ball), rounds, palette)
+        rows.append(colours[:, : len(nodes)])  # the ball lists the subgraph's nodes first
+    return rows
+
+
 def subgraph_histograms(
     graph: Graph, subgraphs: list[np.ndarray], k: int, rounds: int
 ) -> LevelFeatures:
@@ -101,25 +131,131 @@ def subgraph_histograms(
     ``k`` = 0: the induced subgraph; ``k`` = GLOBAL (-1): one refinement of the whole graph;
     any other k >= 1: the induced k-hop neighbourhood of the subgraph.
     """
-    if k < GLOBAL:
-        raise InputError(f"k must be >= 0 or {GLOBAL} (global), got {k}")
-    for i, nodes in enumerate(subgraphs):
-        if len(nodes) == 0:
-            raise InputError(f"subgraph {i} has no nodes")
+    _check_level(subgraphs, k)
     palette = Palette()
-    rows: list[np.ndarray] = []
-    if k == GLOBAL:
-        colours = refine(graph, rounds, palette)
-        rows = [colours[:, np.asarray(nodes)] for nodes in subgraphs]
-    else:
-        for nodes in subgraphs:
-            ball = graph.ball(np.asarray(nodes), k)
-            colours = refine(graph.induced(ball), rounds, palette)
-            rows.append(colours[:, : len(nodes)])  # the ball lists the subgraph's nodes first
+    rows = _level_colours(graph, subgraphs, k, rounds, palette)
     size = len(palette)
     counts = np.stack([histogram(c, size).sum(axis=0) for c in rows])
     used = np.flatnonzero(counts.sum(axis=0) > 0)  # drop colours no subgraph node has
-    return LevelFeatures(k, counts[:, used], np.asarray(palette.rounds, dtype=np.int64)[used])
+    rounds_of = np.asarray(palette.rounds, dtype=np.int64)[used]
+    return LevelFeatures(k, counts[:, used], rounds_of, palette, used.astype(np.int64))
+
+
+PALETTE_FORMAT = "edgekit-wlks-palette/1"
+
+
+@dataclass
+class FrozenLevel:
+    """One level of a fitted model: ``keys[i]`` is the palette key of colour id i (every colour
+    of rounds 0..depth the fit refined), ``columns[j]`` the colour id histogram column j counts."""
+
+    k: int
+    keys: list[tuple]
+    columns: np.ndarray  # (F_l,) int64
+
+
+@dataclass
+class WLFeaturizer:
+    """``KernelSVM`` inputs for subgraphs of any graph, from a fitted model's WL palettes.
+
+    ``histograms(graph, subgraphs)`` refines every level with a copy of its fitted palette: a
+    colour the fit saw gets its fitted id and is counted in its column; a colour it never saw
+    gets a new id and is counted nowhere. On the fitted task's own subgraphs this reproduces the
+    fitted histograms exactly.
+    """
+
+    depth: int
+    levels: list[FrozenLevel]
+
+    @classmethod
+    def from_levels(cls, levels: list[LevelFeatures], depth: int) -> WLFeaturizer:
+        """The palettes of ``levels`` (from ``subgraph_histograms``) cut to rounds 0..``depth``,
+        colour ids renumbered densely; columns in ``LevelFeatures.features(depth)`` order."""
+        frozen = []
+        for f in levels:
+            if f.palette is None or f.ids is None:
+                raise InputError(f"level k={f.k} keeps no palette to freeze")
+            rounds = np.asarray(f.palette.rounds, dtype=np.int64)
+            keep = np.flatnonzero(rounds <= depth)
+            remap = np.full(len(rounds), -1, dtype=np.int64)
+            remap[keep] = np.arange(len(keep))  # monotone: sorted neighbour tuples stay sorted
+            by_id = [None] * len(rounds)
+            for key, i in f.palette.ids.items():
+                by_id[i] = key
+            keys: list[tuple] = []
+            for i in keep:
+                key = by_id[i]
+                if key[0] == 0:
+                    keys.append(key)
+                else:
+                    keys.append((key[0], int(remap[key[1]]), tuple(int(remap[c]) for c in key[2])))
+            frozen.append(FrozenLevel(f.k, keys, remap[f.ids[f.rounds <= depth]]))
+        return cls(depth, frozen)
+
+    def histograms(self, graph: Graph, subgraphs: list[np.ndarray]) -> np.ndarray:
+        """(N, F) float32 colour counts of ``subgraphs`` (node arrays of ``graph``), levels
+        concatenated in order: the ``KernelSVM`` input layout."""
+        parts = []
+        for level in self.levels:
+            _check_level(subgraphs, level.k)
+            palette = Palette(
+                {key: i for i, key in enumerate(level.keys)}, [int(key[0]) for key in level.keys]
+            )
+            rows = _level_colours(graph, subgraphs, level.k, self.depth, palette)
+            column = np.full(len(palette), -1, dtype=np.int64)  # palette id -> column (-1: none)
+            column[level.columns] = np.arange(len(level.columns))
+            counts = np.zeros((len(subgraphs), len(level.columns)), dtype=np.float64)
+            for n, colours in enumerate(rows):
+                hit = column[colours.ravel()]
+                counts[n] = np.bincount(hit[hit >= 0], minlength=len(level.columns))
+            parts.append(counts)
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+    def to_json(self) -> dict:
+        """A JSON-able dict: keys as [0, label] or [round, own, [neighbours]]."""
+        return {
+            "format": PALETTE_FORMAT,
+            "depth": self.depth,
+            "levels": [
+                {
+                    "k": level.k,
+                    "keys": [
+                        [k[0], k[1]] if k[0] == 0 else [k[0], k[1], list(k[2])] for k in level.keys
+                    ],
+                    "columns": level.columns.tolist(),
+                }
+                for level in self.levels
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> WLFeaturizer:
+        """The featurizer ``to_json`` wrote; a malformed file is an InputError."""
+        try:
+            if data["format"] != PALETTE_FORMAT:
+                raise InputError(
+                    f"WL palette format {data['format']!r:.60}, expected {PALETTE_FORMAT}"
+                )
+            depth = int(data["depth"])
+            levels = []
+            for level in data["levels"]:
+                keys: list[tuple] = []
+                for key in level["keys"]:
+                    if int(key[0]) == 0 and len(key) == 2:
+                        keys.append((0, int(key[1])))
+                    elif 0 < int(key[0]) <= depth and len(key) == 3:
+                        keys.append((int(key[0]), int(key[1]), tuple(int(c) for c in key[2])))
+                    else:
+                        raise InputError(f"WL palette key {key!r:.60} is malformed")
+                columns = np.asarray(level["columns"], dtype=np.int64).reshape(-1)
+                if columns.size and not 0 <= columns.min() <= columns.max() < len(keys):
+                    raise InputError("WL palette columns name colours outside the palette")
+                levels.append(FrozenLevel(int(level["k"]), keys, columns))
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InputError(f"malformed WL palette: {exc!r:.120}") from exc
+        return cls(depth, levels)
 
 
 def linear_kernel(a: np.ndarray, b: np.ndarray | None = None, normalize: bool = True) -> np.ndarray:

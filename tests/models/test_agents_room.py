@@ -99,6 +99,7 @@ def test_prompts_read_the_pad_in_canonical_order_whatever_the_write_order() -> N
     assert planning_prompt(pad, "plot").endswith("conflict : C. plan : plot")  # not its own entry
     pad.write("climax", "X.")
     assert writing_prompt(pad, "resolution").endswith("plot : P. write : resolution")
+    assert "climax" not in writing_prompt(pad, "resolution")  # written sections are not read
     assert pad.log == ["plot", "conflict", "climax"] and pad.story() == "climax : X."
     assert end_to_end_prompt(" a premise ") == "premise : a premise write : story"
     with pytest.raises(InputError, match="already holds"):

@@ -14,6 +14,7 @@ from edgekit.models.wlks.tasks import make_task
 from edgekit.models.wlks.wl import (
     GLOBAL,
     Palette,
+    WLFeaturizer,
     combined_kernel,
     histogram,
     linear_kernel,
@@ -172,3 +173,47 @@ def test_card_graph_scores_match_its_svm_and_evaluate() -> None:
     summary = card.train()
     assert metrics["micro_f1"] == pytest.approx(summary.test_micro_f1)
     assert summary.depth in (1, 2, 3, 4) and 0 < summary.global_weight < 1
+
+
+def test_kept_palette_reproduces_the_fit_and_scores_subgraphs_of_an_unseen_graph() -> None:
+    import json
+
+    task = make_task("density", count=90, n=200, seed=0)
+    result = fit_wlks(task, "combined", depths=(1, 2))
+    featurizer = WLFeaturizer.from_json(json.loads(json.dumps(result.featurizer().to_json())))
+    # on the task's own subgraphs the kept palette gives exactly the fitted histograms
+    np.testing.assert_array_equal(
+        featurizer.histograms(task.graph, task.subgraphs),
+        result.histograms(np.arange(len(task.subgraphs))),
+    )
+    # another planted graph (another seed), never refined during the fit
+    unseen = make_task("density", count=90, n=200, seed=10)
+    with torch.no_grad():
+        scores = result.module()(
+            torch.from_numpy(featurizer.histograms(unseen.graph, unseen.subgraphs))
+        ).numpy()
+    majority = np.bincount(unseen.labels).max() / len(unseen.labels)  # 0.37 here
+    assert micro_f1_of(scores.argmax(axis=1), unseen.labels) > majority + 0.1  # 0.58 measured
+    # a colour the fit never saw counts for nothing: an isolated node (every graph and subgraph
+    # of the fit is connected) keeps its round-0 colour, its round-1 colour is new
+    counts = featurizer.histograms(Graph.from_edges(1, []), [np.array([0])])
+    assert counts.sum() == len(featurizer.levels)
+    with pytest.raises(InputError, match="palette"):
+        WLFeaturizer.from_json({"format": "something else", "depth": 1, "levels": []})
+
+
+def test_card_ships_the_palette_as_a_bundle_asset() -> None:
+    import json
+    from pathlib import Path
+
+    from edgekit.registry import get_card
+
+    card = get_card("wlks", count=90, n=200)
+    assets = card.assets()
+    assert card.preprocessing()["palette"] in assets
+    featurizer = WLFeaturizer.from_json(json.loads(Path(assets["wl_palette.json"]).read_text()))
+    task = card.fit().task
+    np.testing.assert_array_equal(
+        featurizer.histograms(task.graph, [task.subgraphs[i] for i in task.test[:4]]),
+        card.golden_inputs()["svm"]["histograms"],
+    )
