@@ -127,9 +127,13 @@ def test_visit_scores_one_batch_and_resizes(session, scene) -> None:
     frames = np.stack([cam.capture(s).image for s in paper_grid()[:4]])  # (4, 64, 64, 3)
     scores, logits = visit_scores(session, frames, return_logits=True)
     assert scores.shape == (4,) and logits.shape == (4, 10)
-    assert np.all((scores > 0) & (scores <= 1))
+    np.testing.assert_allclose(scores, visit_from_logits(logits, "top1"))
+    assert np.ptp(scores) > 0.3  # the four exposures are told apart (0.41 to 0.95)
     big = np.repeat(np.repeat(frames, 2, axis=1), 2, axis=2)  # (4, 128, 128, 3)
-    assert visit_scores(session, big).shape == (4,)
+    # resized back to the model's 64 x 64, the 2x captures read as the captures themselves
+    big_scores, big_logits = visit_scores(session, big, return_logits=True)
+    assert big_logits.argmax(1).tolist() == logits.argmax(1).tolist()
+    np.testing.assert_allclose(big_scores, scores, atol=0.05)
 
 
 def test_k27_picks_visit_argmax_ties_to_lower_index(session, scene) -> None:
@@ -300,9 +304,11 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
     weights = {prior_candidate_key(f, w) for f, w in CANDIDATES}
     assert set(calibration) == strategies | variants | fused | weights
     acc = {m: row["accuracy"][0] for m, row in methods.items()}
-    assert all(0.0 <= a <= 1.0 for a in acc.values())
-    assert acc["oracle"] >= acc["lens K=27"] >= 0.0
     assert all(acc["oracle"] >= a for m, a in acc.items() if m != "clean")
+    # VisiT's pick beats a random grid setting ("naive", the mean over all 27 on 540 captures:
+    # 0.29) on these 20 scenes: 0.45; a constant score (the first setting) gets 0.35 and the
+    # negated VisiT 0.25
+    assert acc["lens K=27"] >= acc["naive"] + 0.1, acc
     assert lens_table(report).row_count == len(expected)
     env_table = environment_table(report)
     assert env_table.row_count == len(report["config"]["environments"])
@@ -341,7 +347,10 @@ def test_small_lens_bench_has_every_method(tmp_path) -> None:
             run["methods"]["lens K=27 prior"]["accuracy"] == run["methods"]["lens K=27"]["accuracy"]
         )
     visit = run["visit"]
-    assert 0.0 <= visit["auroc"] <= 1.0 and 0.0 <= visit["k27_wrong_dark_share"] <= 1.0
+    # VisiT ranks right captures above wrong ones (AUROC 0.61 over 540 captures; 0.5 for a
+    # constant score, 0.39 for the negated one) and scores near-black captures below right ones
+    assert visit["auroc"] >= 0.55, visit
+    assert visit["score_right"] > max(visit["score_wrong"], visit["score_dark"]), visit
     assert visit_table(report).row_count == 1
     claims = {c["claim"] for c in lens_checks(report)}
     assert "lens K=6 selected > best-fixed beyond noise" in claims

@@ -24,7 +24,11 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
     for row in lines:
         chosen = row["settings"]
         assert (chosen["iso"], chosen["shutter_s"], chosen["aperture_f"]) in grid
-        assert row["captures"] <= 6 and 0.0 <= row["score"] <= 1.0
+        assert row["captures"] == len(row["candidates"]) == len(row["scores"]) <= 6
+        # the kept capture is the candidate VisiT scored highest, and the row logs its score
+        best = int(np.argmax(row["scores"]))
+        assert row["chosen_index"] == row["candidates"][best]
+        assert row["score"] == max(row["scores"]) and row["score"] > min(row["scores"])
         assert row["total_s"] >= row["capture_latency_s"] > 0
     strip = log.with_suffix(".png")
     assert strip.read_bytes()[:4] == b"\x89PNG"
@@ -32,7 +36,9 @@ def test_run_lens_logs_every_decision_and_writes_a_strip(tmp_path: Path) -> None
     assert {row["variant"] for row in lines} == {"top1"}
     flipped = run_lens("sim:seed=4", "photo-cnn", 6, 2, tmp_path / "m.jsonl", variant="top1-flip")
     assert [row["variant"] for row in flipped] == ["top1-flip"] * 2
-    assert all(0.0 < row["score"] <= 1.0 for row in flipped)
+    for row in flipped:
+        assert row["chosen_index"] == row["candidates"][int(np.argmax(row["scores"]))]
+        assert row["score"] == max(row["scores"])
     fused = run_lens("sim:seed=4", "photo-cnn", 6, 2, tmp_path / "f.jsonl", decision="fuse")
     assert [row["decision"] for row in fused] == ["fuse", "fuse"]
     with pytest.raises(InputError, match="unknown decision 'vote'; expected one of select, fuse"):

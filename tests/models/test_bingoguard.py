@@ -258,14 +258,32 @@ def test_judge_p_unsafe_from_first_token_logits(tiny_judge_dir: Path) -> None:
 
 
 def test_judge_severity_prompt_and_generation(tiny_judge_dir: Path) -> None:
-    from edgekit.models.bingoguard.judge import BingoGuardJudge
+    from edgekit.models.bingoguard.judge import BingoGuardJudge, parse_level
 
     judge = BingoGuardJudge.from_pretrained(tiny_judge_dir, max_new_tokens=4)
     prompt = judge.severity_prompt("some reply", topic="privacy")
     assert "S9 (Privacy)" in prompt and "#level: N" in prompt
     assert load_taxonomy().topic("S9").rubric[4] in prompt
     ((level, answer),) = judge.severity(["some reply"], ["S9"])
-    assert isinstance(answer, str) and (level is None or 0 <= level <= 4)
+    # the answer is the model's greedy continuation of the severity prompt, 4 tokens at most
+    prompt_ids = judge.tokenizer(judge.severity_prompt("some reply", topic="S9"))["input_ids"]
+    ids = torch.tensor([prompt_ids])  # (1, L)
+    with torch.inference_mode():
+        for _ in range(4):
+            token = judge.model(ids).logits[0, -1].argmax().view(1, 1)
+            ids = torch.cat([ids, token], dim=1)
+            if int(token) == judge.tokenizer.eos_token_id:
+                break
+    greedy = ids[0, len(prompt_ids) :]
+    assert answer == judge.tokenizer.decode(greedy, skip_special_tokens=True)
+    assert level == parse_level(answer)
+    # and the level is read from the answer to the prompt of the reply's own topic
+    rubric = load_taxonomy().topic("S9").rubric[4]
+    judge.generate = lambda prompt: "reasoning\n#level: 3" if rubric in prompt else "#level: 1"
+    assert judge.severity(["some reply", "another"], ["S9", "S2"]) == [
+        (3, "reasoning\n#level: 3"),
+        (1, "#level: 1"),
+    ]
     with pytest.raises(InputError, match="unknown BingoGuard topic"):
         judge.severity_prompt("x", topic="S12")
     with pytest.raises(InputError, match="empty"):
@@ -350,17 +368,16 @@ def test_training_is_cached_and_heads_fit_deterministically(tmp_path, monkeypatc
     assert not result.cached and result.path and result.path.parent == tmp_path / "bingoguard"
     assert set(result.state_dict) == {f"heads.{k}" for k in ModerationHeads().state_dict()}
     assert result.survivors["total_generated"] == 55 * 4
-    # even this tiny recipe beats the trivial scorers on its validation split: flagging
-    # everything ranks at the unsafe share (AUPRC) and flags every everyday text, and always
-    # answering the most common level gets one level right at best
+    # even this tiny recipe beats the trivial scorers: it flags few everyday texts (flagging
+    # everything: all of them), and on its validation split always answering the most common
+    # level gets one level right at best (0.11 macro-F1; this recipe 0.59, 0.09 when trained
+    # on shuffled labels). The split holds 10 texts, too few for a binary claim (trained on
+    # shuffled labels the scorer still ranks them perfectly): the shipped scorer's binary
+    # skill is tested on the held-out set (test_shipped_scorer_beats_the_trivial_scorers...)
     val = generate.build_dataset(config.generator_config()).validation
-    unsafe = np.array([e.unsafe for e in val])
     levels = np.array([e.level for e in val])
-    flag_all = binary_metrics(unsafe, np.ones(len(val)))
     majority = severity_metrics(levels, np.full(len(val), np.bincount(levels).argmax()))
-    assert 0 < unsafe.mean() < 1 and flag_all["auprc"] == pytest.approx(unsafe.mean())
-    assert result.validation["binary_auprc"] >= flag_all["auprc"] + 0.15, result.validation
-    assert result.validation["everyday_fpr"] <= 0.2  # flag-everything: 1.0
+    assert result.validation["everyday_fpr"] <= 0.2, result.validation
     sev = result.validation["severity_macro_f1"]
     assert sev >= majority["severity_macro_f1"] + 0.2, (sev, majority)
     again = train_mod.train_cached(config, show_progress=False)
@@ -379,6 +396,30 @@ def test_training_is_cached_and_heads_fit_deterministically(tmp_path, monkeypatc
 
     first, second = fit_once(), fit_once()
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_shipped_scorer_beats_the_trivial_scorers_on_the_heldout_set() -> None:
+    """The shipped heads of the default recipe on the 165 hand-written held-out texts (no text
+    or core sentence of the generator's): flagging everything ranks at the unsafe share (AUPRC
+    0.80) with FPR 1; the most common level and topic get 1 of 5 levels and 1 of 11 topics
+    right. Measured: AUPRC 0.97, FPR 0.21 at recall 0.89, severity macro-F1 0.74, topic 0.86."""
+    from edgekit.models.bingoguard import train as train_mod
+    from edgekit.models.bingoguard.metrics import task_metrics
+
+    result = train_mod.load_cached(train_mod.TrainConfig())
+    if result is None:
+        pytest.skip("no shipped or cached BingoGuard weights for the default recipe")
+    heldout = list(load_heldout())
+    m = task_metrics(heldout, **train_mod.predict(result.build(), [e.text for e in heldout]))
+    unsafe = np.array([e.unsafe for e in heldout])
+    levels = np.array([e.level for e in heldout])
+    flag_all = binary_metrics(unsafe, np.ones(len(heldout)))
+    majority = severity_metrics(levels, np.full(len(levels), np.bincount(levels).argmax()))
+    assert flag_all["auprc"] == pytest.approx(unsafe.mean()) == pytest.approx(0.8)
+    assert m["binary_auprc"] >= flag_all["auprc"] + 0.1, m
+    assert m["binary_recall"] >= 0.8 and m["binary_fpr"] <= 0.4, m
+    assert m["severity_macro_f1"] >= majority["severity_macro_f1"] + 0.4, m
+    assert m["topic_accuracy"] >= 0.6, m  # the most common topic: 15 of 165
 
 
 # ---- fast export + decision parity (tiny BERT of the same architecture) --------------------------
@@ -442,9 +483,9 @@ def test_fast_export_reports_decision_parity(tmp_path: Path) -> None:
     assert report.agreement["parity_texts"] == len(load_heldout())
     names = {c.name for c in report.checks}
     assert {"agreement decision_flip_rate", "agreement fnr_shift_rate"} <= names
-    assert (
-        "binary_f1" in report.task["candidate"] and "severity_macro_f1" in report.task["candidate"]
-    )
+    # the exported graph scores the held-out set as the torch model does, metric for metric
+    assert {"binary_f1", "severity_macro_f1"} <= set(report.task["candidate"])
+    assert report.task["candidate"] == pytest.approx(report.task["reference"], abs=1e-6)
     assert (fp32.path / "assets" / "taxonomy.json").is_file()
     assert (fp32.path / "assets" / "tokenizer.json").is_file()
     int8, report8 = build_bundle(
@@ -453,8 +494,12 @@ def test_fast_export_reports_decision_parity(tmp_path: Path) -> None:
     )  # fmt: skip
     sessions = int8.sessions()
     agreement = card.agreement(reference, sessions)
-    # int8 keeps the decisions within the card's own floors (a broken quantisation would not)
+    # int8 keeps the decisions within the card's own floors ...
     assert agreement["decision_flip_rate"] <= card.agreement_floors["decision_flip_rate"]
     assert agreement["fnr_shift_rate"] <= card.agreement_floors["fnr_shift_rate"]
-    assert 0.0 <= agreement["calibration_shift_error"] < 0.05, agreement
-    assert 0.0 < agreement["ece_candidate"] < 1.0
+    assert agreement["calibration_shift_error"] < 0.05, agreement
+    # ... and every score near fp32's (measured: P(unsafe) within 0.003, 3 of 165 severity and 1
+    # topic argmax flipped). 8 of the 165 texts score under 0.5, so a constant P(unsafe) above it
+    # would pass the decision floor; it would not pass these (quantised weights zeroed: all fail)
+    assert agreement["score_max_abs_error"] < 0.02, agreement
+    assert agreement["severity_flip_rate"] <= 0.05 and agreement["topic_flip_rate"] <= 0.05

@@ -234,10 +234,14 @@ def test_training_is_cached_and_reloads_the_same_weights(
         first.policy.state_dict().values(), again.policy.state_dict().values(), strict=True
     ):
         assert torch.equal(a, b)
-    assert len(first.history["contrast"]) > 0 and len(first.history["plan"]) > 0
+    # every loss term is logged at step 0 and at the last step (11 of 12)
+    assert all(len(first.history[k]) == 2 for k in ("ce", "value", "plan", "recon", "contrast"))
     assert first.weights is not None and again.weights == first.weights
-    assert set(first.weights) == {"expert", "nearest", "random"}
-    assert all(0 < w <= config.weight_cap for w in first.weights.values())
+    # the advantage weights of the planner's weighted likelihood favour the better behaviours'
+    # transitions (measured: expert 56, nearest 43, random 19; trained on data whose rewards
+    # are shuffled between transitions: 52, 33, 31)
+    w = first.weights
+    assert w["expert"] > w["nearest"] > w["random"] and w["expert"] > 2 * w["random"], w
     assert first.history["ce"][-1] < first.history["ce"][0]
 
 

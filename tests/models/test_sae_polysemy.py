@@ -316,7 +316,10 @@ def test_tiny_scorer_exports_verifies_and_scores_through_the_text_scorer(tmp_pat
     )
     assert report is not None and report.passed, report.failures()
     assert report.agreement["same_decision_flip_rate"] <= 0.01
-    assert 0.0 < report.task["candidate"]["pseval_accuracy"] <= 1.0
+    # on the 320 WiC pairs (half same meaning: chance is 0.5) the exported scorer's "same max
+    # feature" already tracks "same meaning" after 25 SAE steps: accuracy 0.59 (after 1 step:
+    # 0.52)
+    assert report.task["candidate"]["pseval_accuracy"] >= 0.55, report.task
     assert bundle.manifest["preprocessing"]["hook"]["name"] == "L0.attn"
 
     scorer = TextScorer(Bundle.load(bundle.path))

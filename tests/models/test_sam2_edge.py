@@ -112,6 +112,18 @@ def test_memory_attention_accepts_any_memory_length(model: EdgeSAM2) -> None:
         with torch.inference_mode():
             out = graph(*inputs.values())
         assert out.shape == (1, 64, 8, 8)
+    # the bank is a set: reordering its entries (each with its own temporal position) changes
+    # nothing, while other memory features change the conditioned features (by 1.2 here)
+    frames, ptrs = torch.randperm(7), torch.randperm(16)
+    moved = dict(inputs)
+    for key in ("mem_feats", "mem_pos", "mem_tpos_idx"):
+        moved[key] = inputs[key][frames]
+    for key in ("obj_ptrs", "obj_ptr_tpos"):
+        moved[key] = inputs[key][ptrs]
+    other = {**inputs, "mem_feats": torch.randn_like(inputs["mem_feats"])}
+    with torch.inference_mode():
+        torch.testing.assert_close(graph(*moved.values()), out, atol=1e-5, rtol=1e-5)
+        assert (graph(*other.values()) - out).abs().max() > 0.1
 
 
 def test_a_grown_network_starts_as_the_trained_one(model: EdgeSAM2) -> None:

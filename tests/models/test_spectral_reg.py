@@ -7,6 +7,7 @@ Sizes are small; the 50-task study is ``edgekit eval spectral-reg``.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -124,12 +125,23 @@ def test_l2_baselines() -> None:
 
 
 def test_continual_run_records_every_task() -> None:
-    from edgekit.models.spectral_reg.continual import ContinualConfig, run_continual
+    from edgekit.models.spectral_reg.continual import ContinualConfig, run_continual, task_stream
 
     config = ContinualConfig(tasks=3, steps=6, samples=64, batch_size=32)
     result = run_continual(config)
     assert len(result.train_accuracy) == len(result.first_epoch_accuracy) == 3
     assert len(result.sigmas) == 3 and set(result.sigmas[0]) == {"net.0", "net.2", "net.4"}
+    # the last records are the final network's: its accuracy on the last task's digits and
+    # labels, and its layers' exact sigma_max; random labels hold no digits out
+    last = task_stream(config)[-1]
+    with torch.no_grad():
+        hits = result.model(last.x).argmax(dim=1) == last.y
+    assert result.train_accuracy[-1] == pytest.approx(float(hits.float().mean()))
+    for name, module in result.model.named_modules():
+        if name in result.sigmas[-1]:
+            assert result.sigmas[-1][name] == pytest.approx(_exact(module.weight), rel=1e-5)
+            assert result.sigmas[-1][name] != pytest.approx(result.init_sigmas[name], rel=1e-3)
+    assert all(math.isnan(a) for a in result.test_accuracy)
     with pytest.raises(InputError, match="regularizer"):
         ContinualConfig(regularizer="dropout")
 
@@ -147,6 +159,14 @@ def test_heldout_accuracy_is_measured_on_digits_never_trained_on(
     assert summary.heldout_accuracy == summary.result.test_accuracy[-1]
     assert summary.last_task_train_accuracy == summary.result.train_accuracy[-1]
     assert summary.heldout_accuracy > 0.6  # chance is 0.1
+    # held out: no task's held-out digit is one of its training digits, and the network does
+    # worse on them than on what it trained on (0.90 against 0.99)
+    for task in continual.task_stream(continual.ContinualConfig(**options)):
+        trained_on = {row.tobytes() for row in task.x.numpy()}
+        assert len(task.test_y) > 1000 and not any(
+            row.tobytes() in trained_on for row in task.test_x.numpy()
+        )
+    assert summary.heldout_accuracy < summary.last_task_train_accuracy - 0.03
 
     stream = continual.task_stream
 
