@@ -92,7 +92,11 @@ class StreamingSAM2Card(ModelCard):
     num_maskmem: ClassVar[int] = 7
     max_obj_ptrs: ClassVar[int] = 16
     #: card options that pick the measured clips (default: evaluation.HELDOUT_* held-out clips)
-    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = ("eval_clips", "eval_frames", "eval_set")
+    EVAL_OPTIONS: ClassVar[tuple[str, ...]] = (
+        "eval_clips", "eval_frames", "eval_set", "eval_sheets",
+    )  # fmt: skip
+    #: the card option ``edgekit eval --out`` fills: where eval_set=real writes its sheets
+    out_option: ClassVar[str] = "eval_sheets"
     #: inference-time StreamConfig options (STREAM_OPTION_NAMES) the card streams with;
     #: empty: SAM 2's video predictor exactly
     stream_options: ClassVar[dict[str, Any]] = {}
@@ -206,6 +210,11 @@ class StreamingSAM2Card(ModelCard):
                 f"got {count!r}, {frames!r}"
             )
         sets = {"heldout": evaluation.heldout_clips, "calibration": evaluation.calibration_clips}
+        if which == "real":
+            raise InputError(
+                "eval_set=real (recorded video, hand-drawn boxes) is scored by `edgekit eval` "
+                "alone; paired comparisons and rollout parity use the synthetic clips"
+            )
         if which not in sets:
             raise InputError(f"unknown eval_set '{which}'; expected one of {', '.join(sets)}")
         return sets[which](count, frames)
@@ -215,9 +224,30 @@ class StreamingSAM2Card(ModelCard):
         case; and from one click) through the streaming predictor (``stream_config()``), and
         1-click / 5-click mIoU (percent) on first frames."""
         graphs = {name: runner.run for name, runner in runners.items()}
+        if self.options.get("eval_set") == "real":
+            return self.evaluate_real(graphs)
         return evaluation.evaluate_graphs(
             graphs, self.heldout(), self.image_size, self.stream_config()
         )
+
+    def evaluate_real(self, graphs: Mapping[str, Callable]) -> dict[str, float]:
+        """Box metrics on the recorded clips (``real_evaluation``; option ``eval_sheets``: a
+        directory for a PNG sheet per clip; ``eval_clips``: the first N clips by name): each
+        object prompted by its hand-drawn frame-0 box, streamed with ``stream_config()``."""
+        from pathlib import Path
+
+        from edgekit.models.sam2_edge import real_evaluation
+        from edgekit.segmentation.realclips import real_clips
+
+        clips = real_clips()
+        count = self.options.get("eval_clips", len(clips))
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputError(f"eval_clips must be an integer >= 1, got {count!r}")
+        sheets = self.options.get("eval_sheets")
+        results = real_evaluation.evaluate_real(
+            graphs, self.stream_config(), clips[:count], Path(sheets) if sheets else None
+        )
+        return real_evaluation.summary(results)
 
     def against(self, options: Mapping[str, Any]) -> StreamingSAM2Card:
         """This card with ``options`` on top of its own: B of a paired comparison (A = self).
@@ -283,4 +313,9 @@ class StreamingSAM2Card(ModelCard):
 
     def metrics_table(self, metrics: Mapping[str, float]) -> str:
         """The metrics of ``evaluate`` as the text table ``edgekit eval NAME`` prints."""
+        if self.options.get("eval_set") == "real":
+            from edgekit.models.sam2_edge.real_evaluation import format_real_table
+
+            title = f"{self.name}, real clips (hand-drawn boxes; prompt: frame-0 box)"
+            return format_real_table(metrics, title)
         return evaluation.format_table(metrics, f"{self.name}, held-out set")

