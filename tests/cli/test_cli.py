@@ -321,6 +321,7 @@ OLD_SPELLINGS = {  # (command, old option): hidden, working for one release
     # eval lens's own knobs, now --option KEY=VALUE like every model's
     ("eval", "--seeds"), ("eval", "--env"), ("eval", "--test-per-class"),
     ("eval", "--calib-per-class"), ("eval", "--classifier"), ("eval", "--variant"),
+    ("eval", "--judge"),  # bingoguard's and con-j's judge: --option judge=FOLDER
 }  # fmt: skip
 
 

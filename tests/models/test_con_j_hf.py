@@ -1,7 +1,7 @@
 """Con-J on a transformers causal LM from a local folder: free-text verdict parsing, the text
 prompt, loading, seeded sampling, judgment log-probs against a manual forward pass, the shared
 contrastive selection (reproduces build_contrastive), DPO on a tiny random GPT-2 with a frozen
-reference, train_hf_conj end to end, and ``edgekit eval con-j --judge DIR``."""
+reference, train_hf_conj end to end, and ``edgekit eval con-j --option judge=DIR``."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def test_cli_eval_con_j_with_a_local_judge(tiny_dir: Path) -> None:
     from edgekit.cli.app import app
     from edgekit.models.con_j.card import ConJCard
 
-    result = CliRunner().invoke(app, ["eval", "con-j", "--judge", str(tiny_dir)])
+    result = CliRunner().invoke(app, ["eval", "con-j", "--option", f"judge={tiny_dir}"])
     assert result.exit_code == 0, result.output
     found = re.search(r"verdict_accuracy: ([0-9.]+)", result.output)
     assert found is not None, result.output
@@ -244,3 +244,8 @@ def test_cli_eval_con_j_with_a_local_judge(tiny_dir: Path) -> None:
     expected = card.evaluate_judge(card.judge(tiny_dir))
     assert float(found.group(1)) == pytest.approx(expected["verdict_accuracy"], abs=1e-4)
     assert "invalid_rate" in result.output
+    old = CliRunner().invoke(app, ["eval", "con-j", "--judge", str(tiny_dir)])  # old spelling
+    assert old.exit_code == 0 and "use --option judge=FOLDER" in old.output
+    assert re.search(r"verdict_accuracy: ([0-9.]+)", old.output).group(1) == found.group(1)
+    none = CliRunner().invoke(app, ["eval", "sdlg", "--option", "judge=/x"])
+    assert none.exit_code != 0 and "has no LLM judge" in none.output

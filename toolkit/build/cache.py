@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,18 @@ def parse_model_spec(spec: str) -> tuple[str, ...]:
 
 
 def cached_bundles(
-    targets: tuple[tuple[str, ...], ...], root: Path | None = None, notes: list[str] | None = None
+    targets: tuple[tuple[str, ...], ...],
+    root: Path | None = None,
+    notes: list[str] | None = None,
+    verify_options: dict[str, Any] | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Bundles {target_name: Bundle} built with build_bundle into ``root`` (default: the edgekit
     cache), reused when already there. A target is (model, target) or (model, target, recipe):
     the card's ``recipe`` option (e.g. "sensor-aware"). Models not registered are skipped
-    (noted)."""
+    (noted); a bundle built here is noted with the seconds it took. ``verify_options``: card
+    options a build verifies with (e.g. fewer evaluation clips; they are recorded in the
+    bundle's manifest); ``progress``: show the build's progress bar."""
     from edgekit.build.pipeline import build_bundle
     from edgekit.bundle.format import Bundle
     from edgekit.cache import cache_dir
@@ -66,7 +73,13 @@ def cached_bundles(
         try:
             bundles[target_name(model, target, recipe)] = Bundle.load(dest)
         except BundleError:
+            started = time.perf_counter()
+            if verify_options:
+                card = get_card(model, **({"recipe": recipe} if recipe else {}), **verify_options)
             bundles[target_name(model, target, recipe)], _ = build_bundle(
-                card, Target.parse(target), dest, ExportOptions(), progress=False
+                card, Target.parse(target), dest, ExportOptions(), progress=progress
             )
+            if notes is not None:
+                seconds = time.perf_counter() - started
+                notes.append(f"built {model} {target} in {seconds:.0f} s (first use) into {dest}")
     return bundles

@@ -47,18 +47,13 @@ def eval_cmd(
             "the Ray cluster ADDRESS: 'local' (start one here), auto, HOST:6379, ray://HOST:10001",
         ),
     ] = None,
-    judge: Annotated[
-        Path | None,
-        typer.Option(
-            help="cards with an LLM judge (bingoguard, con-j): evaluate the judge from local "
-            "weights (a folder)"
-        ),
-    ] = None,
+    judge: Annotated[Path | None, typer.Option("--judge", hidden=True)] = None,
     option: Annotated[
         list[str] | None,
         typer.Option(
             "--option",
-            help="KEY=VALUE (repeat): a card's options, e.g. checkpoint=PATH; lens: seeds=3, "
+            help="KEY=VALUE (repeat): a card's options, e.g. checkpoint=PATH; judge=FOLDER "
+            "(bingoguard, con-j: evaluate the LLM judge from local weights); lens: seeds=3, "
             'env=NAME or env=["a","b"], test_per_class=4, calib_per_class=2, '
             "classifier=NAME[:RECIPE] (or a list), variant=top1 (docs/lens.md)",
         ),
@@ -104,6 +99,12 @@ def eval_cmd(
         elif key in options and options[key] != value:
             raise InputError(f"{flag} and --option {key} differ; give one")
         options[key] = value
+    if judge is not None:  # the old spelling: one release, with the line
+        deprecated("--judge", "eval", "--option judge=FOLDER")
+        if options.get("judge", str(judge)) != str(judge):
+            raise InputError("--judge and --option judge differ; give one")
+        options["judge"] = str(judge)
+    judge_path = options.pop("judge", None)
     from edgekit.lens.options import LensEvalOptions
 
     lens = LensEvalOptions.from_options(options) if model == "lens" else None
@@ -153,16 +154,18 @@ def eval_cmd(
     if getattr(card_class(model), "out_option", None):  # a card writing figures as it evaluates
         options.setdefault(card_class(model).out_option, str(out or Path("out") / model))
     card = get_card(model, **options)
-    study = study_for(card) if bundle is None and judge is None else None
+    study = study_for(card) if bundle is None and judge_path is None else None
     if study is not None:
         study(card, out or Path("out") / model, True)
         return
-    if judge is not None:
+    if judge_path is not None:
         if not hasattr(card, "judge"):
-            raise InputError(f"model '{model}' has no LLM judge to evaluate")
-        metrics = card.evaluate_judge(card.judge(str(judge)))
+            raise InputError(
+                f"model '{model}' has no LLM judge to evaluate (option judge: bingoguard, con-j)"
+            )
+        metrics = card.evaluate_judge(card.judge(str(judge_path)))
         for key, value in metrics.items():
-            console().print(f"{model} [judge {judge}] {key}: {value:.4f}")
+            console().print(f"{model} [judge {judge_path}] {key}: {value:.4f}")
         return
     if bundle is None:
         runners, label = reference_runners(card), "torch"

@@ -104,7 +104,7 @@ def run_cmd(
         source = "clip:heldout:0" if camera == "sim" and not (point or box) else camera
         run = run_sam2_stream(
             source, model or "sam2-edge", frames, out or Path("out/sam2-stream"), runtime,
-            parse_prompt(point or [], negative or [], box),
+            parse_prompt(point or [], negative or [], box), show_progress=True,
         )  # fmt: skip
         summary = run.summary()
         console().print(
