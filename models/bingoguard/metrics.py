@@ -16,6 +16,7 @@ import numpy as np
 from edgekit.errors import InputError
 from edgekit.models.bingoguard.data import Example
 from edgekit.models.bingoguard.taxonomy import NUM_LEVELS
+from edgekit.numeric import bootstrap_interval
 
 
 def _ratio(num: float, den: float) -> float:
@@ -120,13 +121,61 @@ def topic_accuracy(true_topics: np.ndarray, predicted_topics: np.ndarray) -> flo
     return _ratio(int((y == p).sum()), len(y))
 
 
+def baseline_metrics(
+    unsafe: np.ndarray, p_unsafe: np.ndarray, true_levels: np.ndarray, levels: np.ndarray
+) -> dict[str, float]:
+    """The trivial baselines beside the scorer, and 95 % bootstrap intervals over the texts.
+
+    ``flag_all_*``: flag every text as unsafe (F1 2u/(1+u) at unsafe share u, AUPRC u);
+    ``majority_severity_macro_f1``: always the most common level. ``binary_f1_ci_*`` and
+    ``severity_macro_f1_ci_*`` bracket the scorer's own; the ``*_minus_flag_all_ci_*`` (F1,
+    AUPRC) and ``severity_macro_f1_minus_majority_ci_*`` intervals are paired (the scorer and
+    the baseline on the same resampled texts).
+    """
+    unsafe, p_unsafe = _binary_labels(unsafe), _scores(p_unsafe, len(unsafe))
+    y, p = np.asarray(true_levels), np.asarray(levels)
+    majority = np.full(len(y), np.bincount(y, minlength=NUM_LEVELS).argmax())
+    flag_all = binary_metrics(unsafe, np.ones(len(unsafe)))
+
+    def f1(i: np.ndarray, scores: np.ndarray) -> float:
+        return binary_metrics(unsafe[i], scores[i])["f1"]
+
+    def macro(i: np.ndarray, predicted: np.ndarray) -> float:
+        return severity_metrics(y[i], predicted[i])["severity_macro_f1"]
+
+    ones, n = np.ones(len(unsafe)), len(unsafe)
+    intervals = {
+        "binary_f1": bootstrap_interval(lambda i: f1(i, p_unsafe), n),
+        "binary_f1_minus_flag_all": bootstrap_interval(lambda i: f1(i, p_unsafe) - f1(i, ones), n),
+        "binary_auprc_minus_flag_all": bootstrap_interval(
+            lambda i: average_precision(unsafe[i], p_unsafe[i]) - unsafe[i].mean(), n
+        ),
+        "severity_macro_f1": bootstrap_interval(lambda i: macro(i, p), n),
+        "severity_macro_f1_minus_majority": bootstrap_interval(
+            lambda i: macro(i, p) - macro(i, majority), n
+        ),
+    }
+    out = {
+        "flag_all_f1": flag_all["f1"],
+        "flag_all_precision": flag_all["precision"],
+        "flag_all_auprc": flag_all["auprc"],
+        "majority_severity_macro_f1": severity_metrics(y, majority)["severity_macro_f1"],
+    }
+    for key, (low, high) in intervals.items():
+        out[f"{key}_ci_low"], out[f"{key}_ci_high"] = low, high
+    return out
+
+
 def task_metrics(
     examples: Sequence[Example], p_unsafe: np.ndarray, topic: np.ndarray, level: np.ndarray
 ) -> dict[str, float]:
     """Every metric of predictions (N,) on labelled ``examples`` (N): ``binary_*`` at
-    threshold 0.5 (unsafe = positive), ``severity_*`` and ``topic_accuracy``."""
+    threshold 0.5 (unsafe = positive), ``severity_*``, ``topic_accuracy``, and the trivial
+    baselines with bootstrap intervals (``baseline_metrics``)."""
     unsafe = np.array([e.unsafe for e in examples])
+    true_levels = np.array([e.level for e in examples])
     out = {f"binary_{k}": v for k, v in binary_metrics(unsafe, p_unsafe).items()}
-    out.update(severity_metrics(np.array([e.level for e in examples]), level))
+    out.update(severity_metrics(true_levels, level))
     out["topic_accuracy"] = topic_accuracy(np.array([e.topic for e in examples]), topic)
+    out.update(baseline_metrics(unsafe, p_unsafe, true_levels, np.asarray(level)))
     return out

@@ -180,13 +180,17 @@ class ConJCard(ModelCard):
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """Verdict accuracy of the judge (greedy) and of the reward model on EVAL_PAIRS
-        held-out pairs, and the judge's invalid-judgment rate."""
+        held-out pairs, and the judge's invalid-judgment rate; the judge's accuracy with its
+        95 % bootstrap interval over pairs (``verdict_accuracy_ci_low`` / ``_high``; chance is
+        0.5, the pairs are position balanced)."""
         s = summarise(self._judge(runners["judge"]))
         ra, rb = self._rewards(runners["reward"])
         pairs = self.eval_pairs()
         bt = bt_verdicts(ra, rb)
         return {
             "verdict_accuracy": s["accuracy"],
+            "verdict_accuracy_ci_low": s["accuracy_ci_low"],
+            "verdict_accuracy_ci_high": s["accuracy_ci_high"],
             "invalid_rate": s["invalid_rate"],
             "reward_accuracy": float(
                 np.mean([v == p.better for v, p in zip(bt, pairs, strict=True)])

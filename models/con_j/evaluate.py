@@ -23,6 +23,7 @@ from edgekit.models.con_j.judge_format import (
     rationale_value,
 )
 from edgekit.models.con_j.prefs import PrefPair
+from edgekit.numeric import bootstrap_interval
 
 KNOWN_TIERS = ("frequent", "medium")  # facts the base LM saw 16 or 4 times
 
@@ -76,11 +77,17 @@ def _mean(values: Sequence[bool]) -> float:
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """accuracy, accuracy_known (frequent/medium-tier facts), accuracy_anti_bias (worse answer
-    long), share_a, and for judges invalid_rate, rationale_true_rate, consistent_rate."""
+    """accuracy (with its 95 % bootstrap interval over pairs, ``accuracy_ci_low`` / ``_high``;
+    chance is 0.5, the pairs are position balanced), accuracy_known (frequent/medium-tier
+    facts), accuracy_anti_bias (worse answer long), share_a, and for judges invalid_rate,
+    rationale_true_rate, consistent_rate."""
+    correct = np.array([bool(r["correct"]) for r in records])
+    low, high = bootstrap_interval(lambda i: float(correct[i].mean()), len(correct))
     out = {
         "pairs": float(len(records)),
         "accuracy": _mean([r["correct"] for r in records]),
+        "accuracy_ci_low": low,
+        "accuracy_ci_high": high,
         "accuracy_known": _mean([r["correct"] for r in records if r["tier"] in KNOWN_TIERS]),
         "accuracy_anti_bias": _mean([r["correct"] for r in records if r["worse_is_long"]]),
         "share_a": _mean([r["verdict"] == "a" for r in records]),

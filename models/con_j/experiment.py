@@ -62,6 +62,7 @@ def run_study(config: ConJConfig | None = None, show_progress: bool = True) -> d
     data = config.prefs()
     sets = {"seen": data.heldout_seen(), "unseen": data.heldout_unseen()}
     results: dict[str, dict[str, Any]] = {}
+    correct: dict[str, dict[str, np.ndarray]] = {}  # method -> set -> per-pair right verdicts
     examples: list[dict[str, Any]] = []
     try:
         with step_progress("con-j study", 6, show_progress) as step:
@@ -71,15 +72,16 @@ def run_study(config: ConJConfig | None = None, show_progress: bool = True) -> d
             for key, model in judges.items():
                 step(f"judge held-out pairs: {key}")
                 fn = cached_decoder(model)
-                results[key] = {}
+                results[key], correct[key] = {}, {}
                 for name, pairs in sets.items():
                     records = judge_records(fn, pairs)
                     results[key][name] = summarise(records)
+                    correct[key][name] = np.array([bool(r["correct"]) for r in records])
                     if key == "conj" and name == "unseen":
                         examples = [r for r in records if r["correct"]][:1]
                         examples += [r for r in records if not r["correct"]][:1]
             step("reward model held-out pairs")
-            results["bt"] = {}
+            results["bt"], correct["bt"] = {}, {}
             for name, pairs in sets.items():
                 emb_a, emb_b = pair_embeddings(pairs)
                 with torch.inference_mode():
@@ -87,6 +89,7 @@ def run_study(config: ConJConfig | None = None, show_progress: bool = True) -> d
                     rb = trained.reward_head(torch.from_numpy(emb_b)).numpy()
                 records = verdict_records(pairs, bt_verdicts(ra, rb))
                 results["bt"][name] = summarise(records)
+                correct["bt"][name] = np.array([bool(r["correct"]) for r in records])
             step("contrastive pair examples")
             contrast = _contrast_examples(trained, data.training())
     finally:
@@ -100,10 +103,32 @@ def run_study(config: ConJConfig | None = None, show_progress: bool = True) -> d
             "heldout_unseen": len(sets["unseen"]),
         },
         "results": results,
+        "paired": paired_differences(correct),
         "training": trained.log,
         "judgment_examples": examples,
         "contrastive_examples": contrast,
     }
+
+
+PAIRED = (("conj", "sft"), ("positives", "conj"), ("conj", "bt"))
+
+
+def paired_differences(correct: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Accuracy of one method minus another on the same held-out pairs, with a 95 % paired
+    bootstrap interval over pairs: {"conj - sft": {"seen": [diff, low, high], ...}, ...}."""
+    from edgekit.numeric import bootstrap_interval
+
+    out: dict[str, Any] = {}
+    for first, second in PAIRED:
+        if first not in correct or second not in correct:
+            continue
+        cells = {}
+        for name, right in correct[first].items():
+            d = right.astype(float) - correct[second][name]
+            low, high = bootstrap_interval(lambda i, d=d: float(d[i].mean()), len(d))
+            cells[name] = [float(d.mean()), low, high]
+        out[f"{first} - {second}"] = cells
+    return out
 
 
 def _progress_printer():  # noqa: ANN202
@@ -183,6 +208,15 @@ def print_tables(report: dict[str, Any]) -> None:
             _pct(unseen.get("consistent_rate")),
         )
     console.print(table)
+    for pair, cells in report.get("paired", {}).items():
+        first, second = pair.split(" - ")
+        console.print(
+            f"{METHODS[first]} - {METHODS[second]} (points, 95 % paired bootstrap over pairs): "
+            + "; ".join(
+                f"{name} {100 * d:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+                for name, (d, lo, hi) in cells.items()
+            )
+        )
     stats = report["training"]["conj"]["stats"]
     console.print(
         f"Contrastive judgments: {stats['samples_per_pair']:.0f} samples per pair, "

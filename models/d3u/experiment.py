@@ -5,7 +5,8 @@
 - D3U: point forecast + PatchDN residual samples (DDIM, 20 steps).
 
 Also the 90 % interval coverage and the correlation of the predicted spread with the true noise
-scale. Models are cached (``train.py``); the first run trains for a few minutes on one thread.
+scale, and 95 % bootstrap intervals over the test windows of each method's CRPS / MSE and of
+D3U's paired differences with the two baselines (``paired`` in the report). Models are cached (``train.py``); the first run trains for a few minutes on one thread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import numpy as np
 
 from edgekit.models.d3u.evaluate import d3u_score, score_gaussian
 from edgekit.models.d3u.graphs import d3u_graphs
+from edgekit.models.d3u.metrics import crps_gaussian, crps_samples
 from edgekit.models.d3u.train import D3UConfig, train_d3u, train_raw_diffusion
+from edgekit.numeric import bootstrap_interval
 from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
 
@@ -26,6 +29,48 @@ if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.d3u.card import D3UCard
 
 METHODS = ("point+gaussian", "raw diffusion", "D3U")
+
+
+def per_window(
+    samples: np.ndarray | None, point: np.ndarray, std: np.ndarray | None, target: np.ndarray
+) -> dict[str, np.ndarray]:
+    """CRPS and MSE of each test window (B,): of ensemble ``samples`` (S, B, C, H), or of
+    N(point, std^2) with ``std`` (C,) when ``samples`` is None."""
+    if samples is None:
+        full = np.broadcast_to(std[None, :, None], point.shape)
+        crps = [crps_gaussian(point[b], full[b], target[b]) for b in range(len(target))]
+        mean = point
+    else:
+        crps = [crps_samples(samples[:, b], target[b]) for b in range(len(target))]
+        mean = samples.mean(axis=0)
+    return {
+        "crps": np.array(crps),
+        "mse": ((mean - target) ** 2).reshape(len(target), -1).mean(axis=1),
+    }
+
+
+def window_intervals(windows: dict[str, dict[str, np.ndarray]]) -> dict[str, Any]:
+    """95 % bootstrap intervals over test windows: each method's CRPS / MSE (``intervals``)
+    and D3U minus each baseline on the same resampled windows (``paired``; below 0 = D3U
+    better)."""
+    n = len(windows["D3U"]["crps"])
+    intervals = {
+        m: {k: list(bootstrap_interval(lambda i, v=v: float(v[i].mean()), n)) for k, v in w.items()}
+        for m, w in windows.items()
+    }
+    paired = {
+        f"D3U - {base}": {
+            k: [
+                float((windows["D3U"][k] - windows[base][k]).mean()),
+                *bootstrap_interval(
+                    lambda i, d=windows["D3U"][k] - windows[base][k]: float(d[i].mean()), n
+                ),
+            ]
+            for k in ("crps", "mse")
+        }
+        for base in METHODS[:2]
+    }
+    return {"intervals": intervals, "paired": paired}
 
 
 def run_study(
@@ -64,6 +109,11 @@ def run_study(
             test_point = d3u.point(torch.from_numpy(test.history)).numpy()
         std = (train.target - train_point).std(axis=(0, 2))  # (C,)
         gauss_metrics = score_gaussian(test_point, std, test)
+        windows = {
+            "point+gaussian": per_window(None, test_point, std, test.target),
+            "raw diffusion": per_window(raw_samples, test_point, None, test.target),
+            "D3U": per_window(d3u_samples, test_point, None, test.target),
+        }
     rows = {
         "point+gaussian": gauss_metrics | {"train_seconds": d3u.seconds},
         "raw diffusion": raw_metrics | {"train_seconds": raw.seconds},
@@ -87,6 +137,7 @@ def run_study(
         "test_windows": len(test),
         "gaussian_std": std.tolist(),
         "rows": rows,
+        **window_intervals(windows),
         "example": example,
     }
 
@@ -127,6 +178,13 @@ def print_table(report: dict[str, Any]) -> None:
             f"{r['train_seconds']:.0f}",
         )
     wide_console().print(table)
+    for pair, cells in report.get("paired", {}).items():
+        wide_console().print(
+            f"{pair} (95 % bootstrap over windows; below 0: D3U better): "
+            + "; ".join(
+                f"{k.upper()} {v[0]:+.4f} [{v[1]:+.4f}, {v[2]:+.4f}]" for k, v in cells.items()
+            )
+        )
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:

@@ -7,6 +7,7 @@ device with the ``tokenizers`` library and the bundled ``tokenizer.json`` (trunc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ from edgekit.models.minilm.encoder import (
     tokenize,
     tokenizer_path,
 )
+from edgekit.numeric import bootstrap_interval
 
 GRAPH = "encoder"
 GOLDEN_SENTENCES = (
@@ -37,6 +39,14 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import spearmanr
 
     return float(spearmanr(a, b).statistic)
+
+
+def word_overlap(first: str, second: str) -> float:
+    """Jaccard overlap of two sentences' lower-cased word sets (punctuation stripped): the
+    no-model baseline for pair similarity."""
+    words = [set(re.findall(r"[a-z0-9]+", text.lower())) for text in (first, second)]
+    union = words[0] | words[1]
+    return len(words[0] & words[1]) / len(union) if union else 0.0
 
 
 class MiniLMCard(ModelCard):
@@ -165,15 +175,34 @@ class MiniLMCard(ModelCard):
         return (a * b).sum(axis=1)
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
-        """STS Spearman of pair cosine vs gold score; paraphrase accuracy at the threshold."""
+        """STS Spearman of pair cosine vs gold score; paraphrase accuracy at the threshold.
+
+        Beside them: 95 % bootstrap intervals over pairs (``*_ci_low`` / ``*_ci_high``), the
+        raw-feature baseline (``word_overlap_spearman``: Jaccard overlap of the two sentences'
+        lower-cased words, no model) and the majority-label paraphrase accuracy."""
         cos = self.pair_cosines(runners[GRAPH])
         pairs = load_pairs()
         gold = np.array([p.score for p in pairs])
         label = np.array([p.paraphrase for p in pairs])
         predicted = (cos >= self.PARAPHRASE_THRESHOLD).astype(int)
+        right = predicted == label
+        overlap = np.array([word_overlap(p.sentence1, p.sentence2) for p in pairs])
+        sts_ci = bootstrap_interval(lambda i: _spearman(cos[i], gold[i]), len(pairs))
+        acc_ci = bootstrap_interval(lambda i: float(right[i].mean()), len(pairs))
+        gain_ci = bootstrap_interval(
+            lambda i: _spearman(cos[i], gold[i]) - _spearman(overlap[i], gold[i]), len(pairs)
+        )
         return {
             "sts_spearman": _spearman(cos, gold),
-            "paraphrase_accuracy": float((predicted == label).mean()),
+            "paraphrase_accuracy": float(right.mean()),
+            "sts_spearman_ci_low": sts_ci[0],
+            "sts_spearman_ci_high": sts_ci[1],
+            "word_overlap_spearman": _spearman(overlap, gold),
+            "sts_gain_over_overlap_ci_low": gain_ci[0],
+            "sts_gain_over_overlap_ci_high": gain_ci[1],
+            "paraphrase_accuracy_ci_low": acc_ci[0],
+            "paraphrase_accuracy_ci_high": acc_ci[1],
+            "majority_paraphrase_accuracy": float(max(label.mean(), 1 - label.mean())),
         }
 
     def agreement(

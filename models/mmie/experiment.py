@@ -10,7 +10,10 @@ Judges, all reading the same inputs (query, reference, interleaved answer) and a
 
 Reported on held-out items (unseen handwriting): exact and within-1 agreement, MAE, Pearson,
 Spearman, per category; MMIE-Score per category from labels and from each judge; the paper's
-regex vs the robust parser on tricky verdict texts.
+regex vs the robust parser on tricky verdict texts. Beside them the trivial baseline (always the
+most common training label, ``most_common``) and 95 % bootstrap intervals over the held-out
+items of each judge's exact / within-1 agreement and of the fine-tuned judge minus each other
+judge on the same items (``intervals``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from edgekit.models.mmie.metrics import agreement_by_category
 from edgekit.models.mmie.parser import paper_parse, parse_many, try_parse_score
 from edgekit.models.mmie.rubrics import CATEGORIES
 from edgekit.models.mmie.train import MMIEConfig, train_judge
+from edgekit.numeric import bootstrap_interval
 from edgekit.study import save_figure, write_study
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,6 +84,33 @@ def parser_check() -> dict[str, Any]:
     }
 
 
+def agreement_intervals(
+    scores_by_judge: dict[str, list[float | None]], labels: list[int], reference: str
+) -> dict[str, Any]:
+    """95 % bootstrap intervals over items of each judge's exact and within-1 agreement, and
+    of ``reference`` minus each other judge on the same resampled items (an unparsed score
+    counts as a miss, as in ``agreement_metrics``)."""
+    gold = np.asarray(labels, np.float64)
+    hits = {}
+    for judge, scores in scores_by_judge.items():
+        pred = np.array([np.nan if p is None else p for p in scores], np.float64)
+        diff = np.abs(pred - gold)
+        hits[judge] = {"exact": diff < 0.5, "within1": diff <= 1.0}  # NaN compares False
+    n = len(gold)
+
+    def interval(values: np.ndarray) -> list[float]:
+        return list(bootstrap_interval(lambda i: float(values[i].mean()), n))
+
+    out: dict[str, Any] = {j: {k: interval(v) for k, v in h.items()} for j, h in hits.items()}
+    for judge in hits:
+        if judge != reference:
+            out[f"{reference} - {judge}"] = {
+                k: interval(hits[reference][k].astype(float) - hits[judge][k])
+                for k in ("exact", "within1")
+            }
+    return out
+
+
 def run_study(config: MMIEConfig | None = None, show_progress: bool = True) -> dict[str, Any]:
     """Embed, train (or load) the judge, score the held-out items with every judge."""
     import torch
@@ -123,6 +154,12 @@ def run_study(config: MMIEConfig | None = None, show_progress: bool = True) -> d
             scores_by_judge[judge] = scores
             rows[judge] = agreement_by_category(scores, labels, categories)
             rows[judge]["mmie_score"] = aggregate(categories, scores)
+        common = int(np.bincount(train.label).argmax())
+        constant = [float(common)] * len(labels)
+        most_common = agreement_by_category(constant, labels, categories)["overall"]
+        intervals = agreement_intervals(
+            {**scores_by_judge, "most common score": constant}, labels, "fine-tuned judge"
+        )
         confusion = np.zeros((7, 7), np.int64)
         for gold, pred in zip(labels, scores_by_judge["fine-tuned judge"], strict=True):
             if pred is not None:
@@ -133,6 +170,8 @@ def run_study(config: MMIEConfig | None = None, show_progress: bool = True) -> d
         "label_histogram": np.bincount(test.label, minlength=7).tolist(),
         "label_mmie_score": aggregate(categories, labels),
         "rows": rows,
+        "most_common": {"score": common, **most_common},
+        "intervals": intervals,
         "calibrated_thresholds": asdict(thresholds),
         "train_seconds": trained.seconds,
         "train_cached": trained.cached,
@@ -172,6 +211,20 @@ def print_table(report: dict[str, Any]) -> None:
             *[f"{per[c]['spearman']:.3f}" for c in CATEGORIES],
         )
     console.print(table)
+    if "most_common" in report:
+        base, ci = report["most_common"], report["intervals"]
+        console.print(
+            f"trivial baseline, always score {base['score']} (the most common training label): "
+            f"exact {base['exact']:.3f}, within 1 {base['within1']:.3f}"
+        )
+        for name, cells in ci.items():
+            sign = "+" if " - " in name else ""  # a difference between two judges
+            console.print(
+                f"  95 % bootstrap over items, {name}: "
+                + ", ".join(
+                    f"{k} [{lo:{sign}.3f}, {hi:{sign}.3f}]" for k, (lo, hi) in cells.items()
+                )
+            )
     agg = Table(title="MMIE-Score (mean score as % of 6) per category: labels vs each judge")
     for col in ("scored by", *CATEGORIES, "overall"):
         agg.add_column(col, justify="left" if col == "scored by" else "right")

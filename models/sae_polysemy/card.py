@@ -40,6 +40,7 @@ from edgekit.models.sae_polysemy.pseval import (
     build_prompt,
     max_features,
     predict_same,
+    prompt_activations,
     prompts_and_positions,
     pseval_features,
     relative_margin,
@@ -47,6 +48,7 @@ from edgekit.models.sae_polysemy.pseval import (
 from edgekit.models.sae_polysemy.sae import SparseAutoencoder
 from edgekit.models.sae_polysemy.train import SAEConfig, SAEResult, train_cached
 from edgekit.models.sae_polysemy.wic import load_wic
+from edgekit.numeric import bootstrap_interval
 
 GRAPH = "scorer"
 OUTPUT_NAMES = ("target_latents", "text_latents")
@@ -289,11 +291,34 @@ class SAEPolysemyCard(ModelCard):
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """PS-Eval through the graph on the 320 WiC pairs: accuracy, precision, recall,
-        specificity and F1 of "same max feature at the target token" vs "same meaning"."""
+        specificity and F1 of "same max feature at the target token" vs "same meaning".
+
+        Beside them: a 95 % bootstrap interval of the accuracy over pairs
+        (``pseval_accuracy_ci_low`` / ``_high``), chance (``majority_accuracy``: the most
+        common label's share) and PS-Eval without an SAE (``raw_pseval_*``: the largest of
+        the 384 raw activations at the same hook point as the "feature"; the paired interval
+        of the SAE's accuracy minus it: ``pseval_accuracy_minus_raw_ci_*``)."""
         first, second, _ = self._pair_features(runners[GRAPH])
-        metrics = pseval_features(first, second, [p.label for p in load_wic()])
+        labels = np.array([p.label for p in load_wic()])
+        metrics = pseval_features(first, second, labels)
         keys = ("accuracy", "precision", "recall", "specificity", "f1")
-        return {f"pseval_{k}": float(metrics[k]) for k in keys}
+        out = {f"pseval_{k}": float(metrics[k]) for k in keys}
+        right = predict_same(first, second) == (labels == 1)
+        low, high = bootstrap_interval(lambda i: float(right[i].mean()), len(right))
+        out["pseval_accuracy_ci_low"], out["pseval_accuracy_ci_high"] = low, high
+        out["majority_accuracy"] = float(max(labels.mean(), 1 - labels.mean()))
+        hook = self.sae_config().hook
+        context1, context2 = prompt_activations([hook])[hook]
+        raw_first, raw_second = context1.argmax(axis=-1), context2.argmax(axis=-1)
+        raw = pseval_features(raw_first, raw_second, labels)
+        out.update({f"raw_pseval_{k}": float(raw[k]) for k in ("accuracy", "specificity")})
+        gain = right.astype(float) - (predict_same(raw_first, raw_second) == (labels == 1))
+        low, high = bootstrap_interval(lambda i: float(gain[i].mean()), len(gain))
+        out["pseval_accuracy_minus_raw_ci_low"], out["pseval_accuracy_minus_raw_ci_high"] = (
+            low,
+            high,
+        )
+        return out
 
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]

@@ -166,7 +166,9 @@ class SDLGCard(ModelCard):
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """AUROC (incorrect answer = positive) of SDLG, sampling SE and predictive entropy;
-        answer accuracy; mean LM forward passes per question of SDLG and of sampling."""
+        answer accuracy; mean LM forward passes per question of SDLG and of sampling; 95 %
+        bootstrap intervals over the questions of each AUROC and of SDLG minus each baseline
+        (``*_ci_low`` / ``*_ci_high``, ``study.auroc_intervals``)."""
         s = self._study(runners[GRAPH])["summary"]
         keys = (
             "sdlg_auroc",
@@ -176,7 +178,9 @@ class SDLGCard(ModelCard):
             "sdlg_rows_mean",
             "sampling_rows_mean",
         )
-        return {k: float(s[k]) for k in keys}
+        return {k: float(s[k]) for k in keys} | {
+            k: float(v) for k, v in s.items() if k.endswith(("_ci_low", "_ci_high"))
+        }
 
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]

@@ -87,8 +87,14 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: d
         "sampling_se": f"{summary['sampling_rows_mean']:.1f}",
         "predictive_entropy": f"{summary['sampling_rows_mean']:.1f} (the same samples)",
     }
+
+    def interval(key: str) -> str:  # the 95 % bootstrap interval over questions, when measured
+        low, high = summary.get(f"{key}_ci_low"), summary.get(f"{key}_ci_high")
+        return "" if low is None else f" [{low:.3f}, {high:.3f}]"
+
     for method, title in METHODS.items():
-        table.add_row(title, f"{summary[f'{method}_auroc']:.3f}", rows[method])
+        cell = f"{summary[f'{method}_auroc']:.3f}{interval(f'{method}_auroc')}"
+        table.add_row(title, cell, rows[method])
     for variant, title in VARIANTS.items():
         table.add_row(
             f"  ablation: {title}",
@@ -96,6 +102,14 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: d
             rows[variant.rsplit("_", 1)[0]],
         )
     console.print(table)
+    for base in ("sampling_se", "predictive_entropy"):
+        key = f"sdlg_minus_{base}_auroc"
+        if f"{key}_ci_low" in summary:
+            gain = summary["sdlg_auroc"] - summary[f"{base}_auroc"]
+            console.print(
+                f"SDLG - {METHODS[base]}: {gain:+.3f}, 95 % paired bootstrap interval over "
+                f"questions [{summary[f'{key}_ci_low']:+.3f}, {summary[f'{key}_ci_high']:+.3f}]"
+            )
     tiers = Table(title="By how often the fact was seen in training (16 / 4 / 1 / 0 times)")
     for col in ("", *TIERS):
         tiers.add_column(col, justify="right")

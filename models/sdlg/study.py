@@ -34,6 +34,7 @@ from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig
 from edgekit.models.sdlg.semantic import CosineEquivalence, text_ids, word_groups
 from edgekit.models.tinylm.causal import CausalLM
 from edgekit.models.tinylm.tokens import EOS_ID, encode, token_strings
+from edgekit.numeric import bootstrap_interval
 
 METHODS = {
     "sdlg": "SDLG semantic entropy",
@@ -168,8 +169,33 @@ def run_study(
     }
 
 
+def auroc_intervals(
+    records: Sequence[dict[str, Any]], incorrect: np.ndarray, resamples: int = 2000
+) -> dict[str, float]:
+    """95 % bootstrap intervals over the evaluated questions: each method's AUROC
+    (``{method}_auroc_ci_low`` / ``_high``) and SDLG's AUROC minus each baseline's, paired on
+    the same resampled questions (``sdlg_minus_{baseline}_auroc_ci_*``). A resample with only
+    right or only wrong answers is dropped."""
+    scores = {m: np.array([r[m] for r in records], dtype=np.float64) for m in METHODS}
+
+    def area(method: str, i: np.ndarray) -> float:
+        wrong = incorrect[i]
+        return auroc(scores[method][i], wrong) if 0 < wrong.sum() < wrong.size else np.nan
+
+    out: dict[str, float] = {}
+    n = len(incorrect)
+    for method in METHODS:
+        low, high = bootstrap_interval(lambda i, m=method: area(m, i), n, resamples)
+        out[f"{method}_auroc_ci_low"], out[f"{method}_auroc_ci_high"] = low, high
+    for base in (m for m in METHODS if m != "sdlg"):
+        low, high = bootstrap_interval(lambda i, b=base: area("sdlg", i) - area(b, i), n, resamples)
+        out[f"sdlg_minus_{base}_auroc_ci_low"], out[f"sdlg_minus_{base}_auroc_ci_high"] = low, high
+    return out
+
+
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """AUROC per method and variant, accuracy, mean LM rows per question, and per tier the
+    """AUROC per method and variant (with bootstrap intervals, ``auroc_intervals``), accuracy,
+    mean LM rows per question, and per tier the
     accuracy, mean scores, SDLG alternatives, mean alternative weight and substitution kinds."""
     incorrect = np.array([r["incorrect"] for r in records])
     summary: dict[str, Any] = {"questions": len(records), "accuracy": float(1 - incorrect.mean())}
@@ -177,6 +203,8 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for method in (*METHODS, *VARIANTS):
         scores = [r[method] for r in records]
         summary[f"{method}_auroc"] = auroc(scores, incorrect) if both else float("nan")
+    if both:
+        summary.update(auroc_intervals(records, incorrect))
     for key in ("initial_rows", "sdlg_rows", "sampling_rows"):
         summary[f"{key}_mean"] = float(np.mean([r[key] for r in records]))
     summary["sdlg_alternatives_mean"] = float(np.mean([len(r["alternatives"]) for r in records]))

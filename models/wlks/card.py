@@ -31,6 +31,7 @@ from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.errors import InputError
 from edgekit.models.wlks.method import WLKSResult, fit_wlks
 from edgekit.models.wlks.tasks import TASKS, make_task
+from edgekit.numeric import bootstrap_interval
 
 GRAPH = "svm"
 PALETTE = "wl_palette.json"  # bundle asset: WLFeaturizer.to_json() of the fitted model
@@ -184,10 +185,21 @@ class WLKSCard(ModelCard):
         return np.asarray(runner.run({"histograms": x})["scores"], dtype=np.float64)
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
-        """Micro-F1 on the task's test subgraphs."""
+        """Micro-F1 on the task's test subgraphs, its 95 % bootstrap interval over them
+        (``micro_f1_ci_low`` / ``_high``) and the trivial baseline, always the most common
+        training label (``majority_micro_f1``)."""
         result = self.fit()
+        task = result.task
         pred = self._scores(runners[GRAPH], self._histograms("test")).argmax(axis=1)
-        return {"micro_f1": float((pred == result.task.labels[result.task.test]).mean())}
+        right = pred == task.labels[task.test]
+        low, high = bootstrap_interval(lambda i: float(right[i].mean()), len(right))
+        common = np.bincount(task.labels[task.train]).argmax()
+        return {
+            "micro_f1": float(right.mean()),
+            "micro_f1_ci_low": low,
+            "micro_f1_ci_high": high,
+            "majority_micro_f1": float((task.labels[task.test] == common).mean()),
+        }
 
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]

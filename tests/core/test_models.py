@@ -104,9 +104,21 @@ def test_minilm_graph_and_data(minilm) -> None:
 
 
 def test_minilm_metrics_on_shipped_pairs(minilm, minilm_reference) -> None:
+    from edgekit.models.minilm.card import word_overlap
+    from edgekit.models.minilm.data import load_pairs
+
     metrics = minilm.evaluate(minilm_reference)
     assert metrics["sts_spearman"] >= STS_SPEARMAN_FLOOR
     assert metrics["paraphrase_accuracy"] >= PARAPHRASE_ACCURACY_FLOOR
+    # baselines: the majority label's share, and word overlap (measured 0.457 against 0.654)
+    labels = np.array([p.paraphrase for p in load_pairs()])
+    assert metrics["majority_paraphrase_accuracy"] == max(labels.mean(), 1 - labels.mean())
+    assert word_overlap("The cat sat.", "the CAT sat") == 1.0
+    assert word_overlap("a b", "c d") == 0.0 and word_overlap("a b", "a c") == 1 / 3
+    assert metrics["word_overlap_spearman"] < metrics["sts_spearman"]
+    assert metrics["sts_gain_over_overlap_ci_low"] > 0  # the encoder beats word overlap
+    for key in ("sts_spearman", "paraphrase_accuracy"):
+        assert metrics[f"{key}_ci_low"] < metrics[key] < metrics[f"{key}_ci_high"]
     same = minilm.agreement(minilm_reference, minilm_reference)
     assert same["embedding_cosine_min"] > 0.99999 and same["paraphrase_flip_rate"] == 0.0
     assert same["ranking_spearman"] > 0.99999
@@ -130,6 +142,11 @@ def test_photo_cnn_heldout_accuracy(photo) -> None:
     metrics = photo.evaluate(reference_runners(photo))
     assert metrics["top1_accuracy"] == pytest.approx(result.heldout_accuracy)
     assert metrics["top1_accuracy_exposure"] >= PHOTO_TOP1_FLOOR - 0.1
+    # the trivial baseline is the most common class's share: 10 photos, 48 crops each
+    assert metrics["majority_class_accuracy"] == pytest.approx(0.1)
+    low, high = metrics["top1_accuracy_ci_low"], metrics["top1_accuracy_ci_high"]
+    assert low < metrics["top1_accuracy"] < high and high - low < 0.1
+    assert low > metrics["majority_class_accuracy"]
 
 
 def test_photo_cnn_shapes_and_data(photo) -> None:

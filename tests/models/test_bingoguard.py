@@ -420,6 +420,41 @@ def test_shipped_scorer_beats_the_trivial_scorers_on_the_heldout_set() -> None:
     assert m["binary_recall"] >= 0.8 and m["binary_fpr"] <= 0.4, m
     assert m["severity_macro_f1"] >= majority["severity_macro_f1"] + 0.4, m
     assert m["topic_accuracy"] >= 0.6, m  # the most common topic: 15 of 165
+    # the report carries the same baselines and intervals (measured: F1 0.918 against
+    # flag-everything's 0.889, paired interval [-0.016, +0.075]: no measurable difference)
+    assert m["flag_all_f1"] == pytest.approx(flag_all["f1"]) == pytest.approx(2 * 0.8 / 1.8)
+    assert m["flag_all_auprc"] == pytest.approx(0.8)
+    assert m["majority_severity_macro_f1"] == pytest.approx(majority["severity_macro_f1"])
+    assert m["binary_f1_ci_low"] < m["binary_f1"] < m["binary_f1_ci_high"]
+    gain = m["binary_f1"] - m["flag_all_f1"]
+    assert m["binary_f1_minus_flag_all_ci_low"] < gain < m["binary_f1_minus_flag_all_ci_high"]
+    assert m["binary_auprc_minus_flag_all_ci_low"] > 0.1, m
+    assert m["severity_macro_f1_minus_majority_ci_low"] > 0.4, m
+
+
+def test_baseline_metrics_give_flag_all_and_majority_and_paired_intervals() -> None:
+    from edgekit.models.bingoguard.metrics import baseline_metrics
+
+    rng = np.random.default_rng(0)
+    unsafe = (rng.random(200) < 0.7).astype(int)
+    levels = np.where(unsafe == 1, rng.integers(1, 5, 200), 0)
+    perfect = baseline_metrics(unsafe, unsafe.astype(float), levels, levels)
+    u = unsafe.mean()
+    assert perfect["flag_all_f1"] == pytest.approx(2 * u / (1 + u))
+    assert perfect["flag_all_precision"] == perfect["flag_all_auprc"] == pytest.approx(u)
+    assert perfect["majority_severity_macro_f1"] == pytest.approx(
+        severity_metrics(levels, np.full(200, np.bincount(levels).argmax()))["severity_macro_f1"]
+    )
+    assert perfect["binary_f1_minus_flag_all_ci_low"] > 0.1  # a perfect scorer: clearly better
+    assert perfect["severity_macro_f1_minus_majority_ci_low"] > 0.5
+    # a scorer that flags everything is the baseline: its paired difference is exactly 0
+    trivial = baseline_metrics(unsafe, np.ones(200), levels, np.full(200, 1))
+    assert (
+        trivial["binary_f1_minus_flag_all_ci_low"]
+        == trivial["binary_f1_minus_flag_all_ci_high"]
+        == pytest.approx(0.0)
+    )
+    assert trivial["binary_auprc_minus_flag_all_ci_high"] == pytest.approx(0.0)
 
 
 # ---- fast export + decision parity (tiny BERT of the same architecture) --------------------------

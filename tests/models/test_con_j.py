@@ -350,6 +350,33 @@ def test_training_is_cached_and_onnx_judgments_match_torch(
     assert [r["judgment"] for r in cached] == [r["judgment"] for r in ref]
 
 
+def test_accuracy_intervals_and_paired_differences() -> None:
+    from edgekit.models.con_j.evaluate import summarise
+    from edgekit.models.con_j.experiment import paired_differences
+
+    rng = np.random.default_rng(0)
+    right = rng.random(300) < 0.8
+    records = [
+        {"correct": bool(c), "tier": "frequent", "worse_is_long": False, "verdict": "a"}
+        for c in right
+    ]
+    s = summarise(records)
+    assert s["accuracy_ci_low"] < s["accuracy"] < s["accuracy_ci_high"]
+    assert s["accuracy_ci_low"] > 0.5  # 80 % of 300: clearly above chance
+    coin = rng.random(300) < 0.5
+    out = paired_differences(
+        {
+            "sft": {"seen": coin},
+            "conj": {"seen": right},
+            "positives": {"seen": right.copy()},
+        }
+    )
+    diff, low, high = out["conj - sft"]["seen"]
+    assert diff == pytest.approx(right.mean() - coin.mean()) and 0 < low < diff < high
+    assert out["positives - conj"]["seen"] == [0.0, 0.0, 0.0]  # same verdicts: no difference
+    assert "conj - bt" not in out  # a method that was not run is left out
+
+
 def test_bad_options_are_typed_errors() -> None:
     from edgekit.models.con_j.card import ConJCard
 

@@ -226,3 +226,35 @@ def test_bad_inputs_are_typed_errors() -> None:
 
     with pytest.raises(InputError, match="D3UConfig"):
         get_card("d3u", epochs=3)
+
+
+def test_window_metrics_average_to_the_study_metrics_and_intervals_are_paired() -> None:
+    from edgekit.models.d3u.experiment import per_window, window_intervals
+    from edgekit.models.d3u.metrics import crps_gaussian, crps_samples
+
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(40, 2, 6))
+    point = np.zeros_like(target)
+    good = target[None] + 0.3 * rng.normal(size=(16, *target.shape))  # centred on the truth
+    wide = rng.normal(size=(16, *target.shape))  # ignores the truth
+    std = np.ones(2)
+    windows = {
+        "point+gaussian": per_window(None, point, std, target),
+        "raw diffusion": per_window(wide, point, None, target),
+        "D3U": per_window(good, point, None, target),
+    }
+    # windows are the same size: their mean is the pooled metric
+    assert windows["D3U"]["crps"].mean() == pytest.approx(crps_samples(good, target))
+    full = np.broadcast_to(std[None, :, None], target.shape)
+    assert windows["point+gaussian"]["crps"].mean() == pytest.approx(
+        crps_gaussian(point, full, target)
+    )
+    assert windows["raw diffusion"]["mse"].mean() == pytest.approx(
+        np.mean((wide.mean(axis=0) - target) ** 2)
+    )
+    out = window_intervals(windows)
+    for base in ("point+gaussian", "raw diffusion"):
+        mean, low, high = out["paired"][f"D3U - {base}"]["crps"]
+        assert low <= mean <= high < 0  # the ensemble centred on the truth is better
+    low, high = out["intervals"]["D3U"]["crps"]
+    assert low < windows["D3U"]["crps"].mean() < high

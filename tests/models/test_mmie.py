@@ -320,6 +320,25 @@ def test_agreement_metrics_by_hand_and_against_numpy() -> None:
         agreement_metrics([1], [1, 2])
 
 
+def test_agreement_intervals_bracket_the_metrics_and_pair_the_judges() -> None:
+    from edgekit.models.mmie.experiment import agreement_intervals
+
+    rng = np.random.default_rng(0)
+    gold = rng.integers(1, 7, 300).tolist()
+    good = [g if rng.random() < 0.9 else None for g in gold]  # right or unparsed
+    constant = [3.0] * 300
+    out = agreement_intervals({"judge": good, "constant": constant}, gold, "judge")
+    exact = agreement_metrics(good, gold)["exact"]
+    low, high = out["judge"]["exact"]
+    assert low < exact < high and high - low < 0.1
+    low, high = out["constant"]["exact"]
+    assert low < np.mean(np.array(gold) == 3) < high
+    # the paired difference excludes 0 for a judge that is right where the constant is not
+    assert out["judge - constant"]["exact"][0] > 0.5
+    same = agreement_intervals({"a": good, "b": list(good)}, gold, "a")
+    assert same["a - b"] == {"exact": [0.0, 0.0], "within1": [0.0, 0.0]}
+
+
 def test_training_is_cached_and_onnx_matches_torch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

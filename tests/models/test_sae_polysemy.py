@@ -320,6 +320,24 @@ def test_tiny_scorer_exports_verifies_and_scores_through_the_text_scorer(tmp_pat
     # feature" already tracks "same meaning" after 25 SAE steps: accuracy 0.59 (after 1 step:
     # 0.52)
     assert report.task["candidate"]["pseval_accuracy"] >= 0.55, report.task
+    # beside it: chance (the label set is balanced), a bootstrap interval over the pairs and
+    # PS-Eval on the raw activations of the same hook point (no SAE)
+    task = report.task["candidate"]
+    labels = np.array([p.label for p in load_wic()])
+    assert task["majority_accuracy"] == max(labels.mean(), 1 - labels.mean()) == 0.5
+    assert (
+        task["pseval_accuracy_ci_low"] < task["pseval_accuracy"] < task["pseval_accuracy_ci_high"]
+    )
+    first, second = pseval.prompt_activations([card.sae_config().hook])[card.sae_config().hook]
+    raw = pseval.pseval_features(first.argmax(-1), second.argmax(-1), labels)
+    assert task["raw_pseval_accuracy"] == raw["accuracy"]
+    assert task["raw_pseval_specificity"] == raw["specificity"]
+    gain = task["pseval_accuracy"] - task["raw_pseval_accuracy"]
+    assert (
+        task["pseval_accuracy_minus_raw_ci_low"]
+        <= gain
+        <= task["pseval_accuracy_minus_raw_ci_high"]
+    )
     assert bundle.manifest["preprocessing"]["hook"]["name"] == "L0.attn"
 
     scorer = TextScorer(Bundle.load(bundle.path))

@@ -460,3 +460,25 @@ def test_summary_per_tier() -> None:
     }
     assert math.isnan(s["tier_frequent"]["sdlg_auroc"])  # no wrong answer in the tier
     assert s["sdlg_rows_mean"] == 3 and s["sdlg_alternatives_mean"] == 1.25
+
+
+def test_auroc_intervals_are_paired_over_questions() -> None:
+    from edgekit.models.sdlg.study import METHODS, auroc_intervals
+
+    rng = np.random.default_rng(0)
+    wrong = (rng.random(200) < 0.25).astype(int)
+    noise = rng.normal(size=200)
+    separating = wrong * 2.0 + noise  # AUROC about 0.92
+    records = [
+        {"sdlg": separating[i], "sampling_se": separating[i], "predictive_entropy": noise[i]}
+        for i in range(200)
+    ]
+    assert set(records[0]) == set(METHODS)
+    out = auroc_intervals(records, wrong, resamples=400)
+    assert 0.8 < out["sdlg_auroc_ci_low"] < out["sdlg_auroc_ci_high"] < 1.0
+    # the same scores: the paired difference is exactly 0 in every resample
+    assert out["sdlg_minus_sampling_se_auroc_ci_low"] == 0.0
+    assert out["sdlg_minus_sampling_se_auroc_ci_high"] == 0.0
+    # against a score that ignores the answer (chance): clearly above, the interval excludes 0
+    assert out["sdlg_minus_predictive_entropy_auroc_ci_low"] > 0.2
+    assert out["predictive_entropy_auroc_ci_low"] < 0.5 < out["predictive_entropy_auroc_ci_high"]

@@ -173,6 +173,12 @@ def test_card_graph_scores_match_its_svm_and_evaluate() -> None:
     summary = card.train()
     assert metrics["micro_f1"] == pytest.approx(summary.test_micro_f1)
     assert summary.depth in (1, 2, 3, 4) and 0 < summary.global_weight < 1
+    # the trivial baseline names the most common training label on every test subgraph
+    task = card.fit().task
+    common = np.bincount(task.labels[task.train]).argmax()
+    assert metrics["majority_micro_f1"] == pytest.approx(np.mean(task.labels[task.test] == common))
+    assert metrics["micro_f1_ci_low"] <= metrics["micro_f1"] <= metrics["micro_f1_ci_high"]
+    assert metrics["micro_f1_ci_low"] < metrics["micro_f1_ci_high"]
 
 
 def test_kept_palette_reproduces_the_fit_and_scores_subgraphs_of_an_unseen_graph() -> None:
