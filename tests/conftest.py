@@ -79,8 +79,7 @@ def tiny_bundle(tmp_path: Path) -> Path:
     return make_tiny_bundle(tmp_path / "tiny-bundle", tmp_path / "work")
 
 
-@pytest.fixture
-def one_torch_thread():  # noqa: ANN201
+def _one_torch_thread():  # noqa: ANN202
     """Small tensors: one intra-op torch thread (two were measured 14x slower on shared cores)."""
     import torch
 
@@ -88,6 +87,13 @@ def one_torch_thread():  # noqa: ANN201
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+one_torch_thread = pytest.fixture(_one_torch_thread, name="one_torch_thread")
+#: the same for a whole module, module-scoped fixtures included (``pytestmark`` usefixtures)
+one_torch_thread_module = pytest.fixture(
+    _one_torch_thread, scope="module", name="one_torch_thread_module"
+)
 
 
 def onnx_sessions(graphs: list, folder: Path) -> dict:

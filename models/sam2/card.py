@@ -8,7 +8,9 @@ verify checks streaming rollout parity on the synthetic held-out clips (frames r
 model's input size by the stream).
 
 Options: ``size`` (default "tiny"), ``checkpoint`` (path; required), ``image_size`` (a multiple
-of 32, default 1024 as trained; smaller sizes trade accuracy for speed), and for plumbing tests
+of 32, default 1024 as trained; smaller sizes trade accuracy for speed), ``resize`` (how frames
+become the model's input: "pil-bicubic", the default, bit-exact with Meta's video predictor;
+"bilinear-antialias" as Meta's image predictor; see StreamConfig), and for plumbing tests
 only ``random_weights=True`` with ``seed``: the official architecture with seeded random
 weights (the object-score head biased to "visible" so masks flow), recorded in the bundle's
 manifest as such. ``eval_clips`` / ``eval_frames`` shrink the
@@ -22,9 +24,9 @@ hours at 1024 on a CPU).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
@@ -35,12 +37,16 @@ from edgekit.models.sam2.graphs import graph_specs, torch_graph_set
 from edgekit.models.sam2.model import SAM2Model
 from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
 
+if TYPE_CHECKING:
+    from edgekit.segmentation.stream import StreamConfig
+
 DEFAULTS: dict[str, Any] = {
     "size": "tiny",
     "checkpoint": None,
     "image_size": 1024,
     "random_weights": False,
     "seed": 0,
+    "resize": "pil-bicubic",  # Meta's video predictor (StreamConfig.resize)
     "eval_clips": 20,
     "eval_frames": 24,
 }
@@ -79,6 +85,7 @@ class SAM21Card(StreamingSAM2Card):
         if c["size"] not in SIZES:
             raise InputError(f"sam2 size must be one of {', '.join(SIZES)}, got {c['size']!r}")
         sam2_config(c["size"], int(c["image_size"]))  # checks the image size
+        self.stream_config()  # checks resize
         if c["checkpoint"] is None and not c["random_weights"]:
             raise InputError(
                 "sam2 needs the official checkpoint: --option checkpoint=PATH to a local "
@@ -129,7 +136,31 @@ class SAM21Card(StreamingSAM2Card):
     def specs(self, examples: dict[str, dict[str, torch.Tensor]]) -> list[GraphSpec]:
         return graph_specs(self.model(), examples=examples)
 
+    def stream_config(self) -> StreamConfig:
+        """SAM 2.1's video predictor: its memory sizes, every conditioning frame kept
+        (``max_cond_frames`` None) and frames resized as it does (option ``resize``,
+        "pil-bicubic" by default)."""
+        return replace(super().stream_config(), resize=str(self.config["resize"]))
+
     def preprocessing(self) -> dict[str, Any]:
         c = self.config
         weights = Path(c["checkpoint"]).name if c["checkpoint"] else f"random (seed {c['seed']})"
-        return super().preprocessing() | {"size": c["size"], "weights": weights}
+        pre = super().preprocessing()
+        config = self.stream_config()
+        methods = {
+            "pil-bicubic": "PIL bicubic on the uint8 frame, as Meta's video predictor "
+            "(edgekit.segmentation.arrays.resize_pil_bicubic)",
+            "bilinear-antialias": "bilinear, anti-aliased, on float32, as Meta's image predictor",
+        }
+        pre["resize_method"] = methods[config.resize]
+        if config.resize == "pil-bicubic":
+            pre["scale"] = "resize the 8-bit frame, then divide by 255 -> float32 in [0, 1]"
+        pre["stream_config"] = pre["stream_config"] | {
+            "resize": config.resize,
+            "max_cond_frames": config.max_cond_frames,
+        }
+        pre["output"] = pre["output"] | {
+            "postprocess": "pick a mask as the stream does, upsample bilinearly "
+            "(align_corners=False) to the frame's size, > 0 (as Meta's video predictor)"
+        }
+        return pre | {"size": c["size"], "weights": weights}

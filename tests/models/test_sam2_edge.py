@@ -39,13 +39,7 @@ from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 SMALL = EdgeConfig(image_size=128)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small graphs run fastest on one thread, and stay fast when the CPU is shared."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
 
 @pytest.fixture(scope="module")

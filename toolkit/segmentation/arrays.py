@@ -1,5 +1,6 @@
 """Array maths of the streaming SAM 2 predictor (numpy only): SAM 2's mask post-processing
-(non-overlap constraint, hole filling), bfloat16 storage, and torch-equivalent bilinear resizing."""
+(non-overlap constraint, hole filling), bfloat16 storage, torch-equivalent bilinear resizing
+and PIL-equivalent bicubic resizing of frames (the two ways Meta's predictors resize)."""
 
 from __future__ import annotations
 
@@ -100,6 +101,102 @@ def resize_bilinear(x: np.ndarray, size: tuple[int, int], antialias: bool = Fals
     y = sum(x[..., idx[:, k]] * wts[:, k] for k in range(idx.shape[1]))
     idx, wts = _taps(h, oh, antialias)
     return sum(y[..., idx[:, k], :] * wts[:, k, None] for k in range(idx.shape[1]))
+
+
+#: how a frame becomes the image encoder's (3, S, S) input (StreamConfig.resize); see frame_to_input
+RESIZE_METHODS = ("bilinear-antialias", "pil-bicubic")
+_PIL_PRECISION_BITS = 22  # Pillow's 8-bit resampling: 32 - 8 - 2 bits of fixed-point weights
+
+
+def frame_to_input(frame: np.ndarray, size: int, method: str = "bilinear-antialias") -> np.ndarray:
+    """An (H, W, 3) uint8 RGB frame -> the image encoder's input (3, size, size) float32 in
+    [0, 1] (ImageNet normalisation happens inside the graph), resized by ``method``:
+
+    - "bilinear-antialias": divide by 255 in float32, then anti-aliased bilinear resizing
+      (torch's ``F.interpolate(mode="bilinear", align_corners=False, antialias=True)``): what
+      Meta's image predictor does (``SAM2Transforms``: ToTensor, then torchvision's Resize on
+      the float tensor, anti-aliased by default since torchvision 0.17).
+    - "pil-bicubic": PIL's bicubic resize of the uint8 frame (``resize_pil_bicubic``), then
+      divide by 255: what Meta's video predictor does (``load_video_frames`` on a folder of
+      JPEG frames, ``_load_img_as_tensor``); bit-exact. (Given an .mp4, Meta's predictor
+      resizes with decord's scaler instead, which is not reproduced.)
+    """
+    if method == "pil-bicubic":
+        resized = resize_pil_bicubic(frame, (size, size))  # (size, size, 3) uint8
+        return np.ascontiguousarray(np.moveaxis(resized, -1, 0), np.float32) / np.float32(255.0)
+    if method != "bilinear-antialias":
+        raise InputError(f"unknown resize method {method!r}; expected one of {RESIZE_METHODS}")
+    image = frame.astype(np.float32) / np.float32(255.0)
+    return resize_bilinear(np.moveaxis(image, -1, 0), (size, size), antialias=True)
+
+
+def _bicubic(x: np.ndarray) -> np.ndarray:
+    """Pillow's bicubic kernel (a = -0.5) on float64, its operations in its order."""
+    x = np.abs(x)
+    inner = ((1.5 * x - 2.5) * x) * x + 1.0
+    outer = (((x - 5.0) * x + 8.0) * x - 4.0) * -0.5
+    return np.where(x < 1.0, inner, np.where(x < 2.0, outer, 0.0))
+
+
+@lru_cache(maxsize=32)
+def _pil_bicubic_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pillow's ``precompute_coeffs`` + ``normalize_coeffs_8bpc`` for BICUBIC along one axis:
+    source indices and fixed-point int32 weights, both (n_out, K) (unused taps weigh 0)."""
+    scale = n_in / n_out
+    filterscale = max(scale, 1.0)
+    support = 2.0 * filterscale
+    ksize = int(np.ceil(support)) * 2 + 1
+    center = (np.arange(n_out, dtype=np.float64) + 0.5) * scale
+    xmin = np.maximum(np.trunc(center - support + 0.5).astype(np.int64), 0)
+    xmax = np.minimum(np.trunc(center + support + 0.5).astype(np.int64), n_in) - xmin
+    j = np.arange(ksize)
+    used = j[None, :] < xmax[:, None]  # (n_out, K)
+    w = _bicubic(
+        ((j[None, :] + xmin[:, None]).astype(np.float64) - center[:, None] + 0.5)
+        * (1.0 / filterscale)
+    )
+    w = np.where(used, w, 0.0)
+    total = np.zeros(n_out)
+    for k in range(ksize):  # summed in Pillow's order (numpy's sum pairs terms differently)
+        total = total + w[:, k]
+    w = np.where(total[:, None] != 0.0, w / np.where(total == 0.0, 1.0, total)[:, None], w)
+    fixed = w * float(1 << _PIL_PRECISION_BITS)
+    weights = np.trunc(np.where(w < 0, fixed - 0.5, fixed + 0.5)).astype(np.int32)
+    index = np.minimum(xmin[:, None] + j[None, :], n_in - 1)
+    return index, weights
+
+
+def _pil_pass(x: np.ndarray, n_out: int, axis: int) -> np.ndarray:
+    """One of Pillow's 8-bit resampling passes along ``axis`` of uint8 ``x``."""
+    index, weights = _pil_bicubic_taps(x.shape[axis], n_out)
+    shape = [1] * x.ndim
+    shape[axis] = n_out
+    half = 1 << (_PIL_PRECISION_BITS - 1)  # rounds the sum to nearest
+    acc = np.full((*x.shape[:axis], n_out, *x.shape[axis + 1 :]), half, np.int32)
+    for k in range(index.shape[1]):
+        acc += np.take(x, index[:, k], axis=axis).astype(np.int32) * weights[:, k].reshape(shape)
+    return np.clip(acc >> _PIL_PRECISION_BITS, 0, 255).astype(np.uint8)
+
+
+def resize_pil_bicubic(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(H, W, C) uint8 -> (oh, ow, C) uint8, bit-exact with Pillow's
+    ``Image.fromarray(image).resize((ow, oh))`` (BICUBIC, its default) in numpy, so the lean
+    device install needs no Pillow: Pillow's fixed-point resampling, one pass per axis whose
+    size changes, each rounded and clipped to 8 bits. The order of the passes is Pillow
+    13's: vertical first when the height shrinks by more than twice as many pixels as the
+    width, else horizontal first (Pillow 12 and older always go horizontal first; the two
+    differ only in that vertical-first case, e.g. a portrait frame taller than ``oh``)."""
+    oh, ow = size
+    out = np.asarray(image)
+    if out.dtype != np.uint8 or out.ndim != 3:
+        raise InputError(f"resize_pil_bicubic needs (H, W, C) uint8, got {out.dtype} {out.shape}")
+    h, w = out.shape[:2]
+    vertical_first = h - oh > 0 and h - oh > (w - ow) * 2
+    for axis in (0, 1) if vertical_first else (1, 0):
+        n_out = (oh, ow)[axis]
+        if out.shape[axis] != n_out:
+            out = _pil_pass(out, n_out, axis)
+    return out
 
 
 def box_mean(x: np.ndarray, radius: int) -> np.ndarray:

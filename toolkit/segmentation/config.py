@@ -8,11 +8,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgekit.errors import InputError
+from edgekit.segmentation.arrays import RESIZE_METHODS
 
 
 @dataclass(frozen=True)
 class StreamConfig:
     """Predictor settings; the defaults are SAM 2.1's (``max_obj_ptrs`` 16 for a live stream).
+
+    - ``resize``: how a frame becomes the image encoder's S x S input
+      (``edgekit.segmentation.arrays.frame_to_input``). "bilinear-antialias" (default):
+      anti-aliased bilinear on float32, as Meta's image predictor (``SAM2ImagePredictor``)
+      and what sam2-edge is trained and measured with. "pil-bicubic": PIL's bicubic resize of
+      the uint8 frame, bit-exact with Meta's video predictor (``SAM2VideoPredictor`` on a
+      folder of JPEG frames); the official ``sam2`` card's default. On frames already S x S
+      both are the identity. Output masks are the low-res logits upsampled to the frame
+      bilinearly (align_corners=False) in both, as in both of Meta's predictors.
+    - ``max_cond_frames``: None (default, Meta's ``max_cond_frames_in_attn=-1``): every
+      prompted (conditioning) frame stays in memory. A number n bounds them: the n most
+      recent stay conditioning frames; an older one is then treated as a tracked frame (it
+      stays in the recent memory and pointers while it is recent enough), as Meta's
+      ``select_closest_cond_frames`` does with its unselected frames. Only streams with
+      ``corrections_as_conditioning`` gain conditioning frames (one per corrected frame): by
+      default a stream keeps one per object (its first prompt).
 
     Options that depart from SAM 2's video predictor defaults (all off by default):
 
@@ -60,7 +77,7 @@ class StreamConfig:
     image_size: int = 1024
     num_maskmem: int = 7
     max_obj_ptrs: int = 16
-    max_cond_frames: int = 4
+    max_cond_frames: int | None = None  # None: all (Meta's default); n: the n most recent
     memory_dtype: str = "bfloat16"  # "bfloat16" | "float32": how memory features are kept
     multimask_max_points: int = 1  # up to this many points: best of the 3 multimask outputs
     stability_delta: float = 0.05
@@ -78,15 +95,21 @@ class StreamConfig:
     memory_stride: int = 1
     refine_radius: int = 0
     refine_eps: float = 1e-4  # sam2-edge's choice (chosen on its calibration clips)
+    resize: str = "bilinear-antialias"  # "bilinear-antialias" | "pil-bicubic" (see above)
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
             raise InputError(
                 f"bad StreamConfig {self}: image_size >= 32, num_maskmem >= 1, max_obj_ptrs >= 2"
             )
-        if self.max_cond_frames < 1 or self.memory_dtype not in ("bfloat16", "float32"):
+        if self.memory_dtype not in ("bfloat16", "float32"):
+            raise InputError(f"bad StreamConfig {self}: memory_dtype bfloat16 | float32")
+        if self.max_cond_frames is not None:
+            self._check_int("max_cond_frames", 1, "None (keep all, SAM 2) or an integer >= 1")
+        if self.resize not in RESIZE_METHODS:
             raise InputError(
-                f"bad StreamConfig {self}: max_cond_frames >= 1, memory_dtype bfloat16 | float32"
+                f"bad StreamConfig resize={self.resize!r}: expected one of "
+                f"{', '.join(RESIZE_METHODS)}"
             )
         for name in ("fill_hole_area", "remove_sprinkle_area"):
             self._check_int(name, 0, "an integer area in low-res pixels >= 0 (0: off)")

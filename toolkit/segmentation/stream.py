@@ -7,12 +7,14 @@ arrays, the graphs of the contract in ``edgekit.segmentation.graphs`` (a torch m
 ``edgekit.segmentation.prompts``.
 The predictor itself is numpy only.
 
-Per object the memory bank holds its conditioning (prompted) frames (at most
-``max_cond_frames``), the ``num_maskmem - 1`` most recent tracked frames (with ``memory_stride``
-r > 1: the (num_maskmem - 2) * r + 1 most recent, of which the strided ones are read) and the
-object pointers of the last ``max_obj_ptrs - 1`` frames: per-frame cost and memory stay flat
-however long the stream runs. Memory features are stored rounded to bfloat16 by default (half the bytes; SAM 2's
-own video predictor stores them so too).
+Per object the memory bank holds its conditioning (prompted) frames (all of them, as SAM 2;
+at most ``max_cond_frames`` when set), the ``num_maskmem - 1`` most recent tracked frames (with
+``memory_stride`` r > 1: the (num_maskmem - 2) * r + 1 most recent, of which the strided ones
+are read) and the object pointers of the last ``max_obj_ptrs - 1`` frames: per-frame cost and
+memory stay flat however long the stream runs (a stream gains conditioning frames only by
+prompts). Memory features are stored rounded to bfloat16 by default (half the bytes; SAM 2's
+own video predictor stores them so too). Frames are resized to the model's input as
+``StreamConfig.resize`` says (``edgekit.segmentation.arrays.frame_to_input``).
 
     stream = SAM2Stream(graphs, StreamConfig(image_size=1024))
     first = stream.start(frame0, {1: Prompt(points=[[320, 240]], labels=[1])})
@@ -34,6 +36,7 @@ from edgekit.errors import InputError
 from edgekit.segmentation import graphs as G
 from edgekit.segmentation.arrays import (  # noqa: F401 - re-exported: part of this module's API
     fill_holes,
+    frame_to_input,
     from_bfloat16_bits,
     non_overlapping_logits,
     refine_mask,
@@ -197,9 +200,7 @@ class SAM2Stream:
         self._mem_pos: np.ndarray | None = None
 
     def _begin_frame(self, frame: np.ndarray, hw: tuple[int, int]) -> None:
-        s = self.config.image_size
-        image = frame.astype(np.float32) / np.float32(255.0)
-        image = resize_bilinear(np.moveaxis(image, -1, 0), (s, s), antialias=True)
+        image = frame_to_input(frame, self.config.image_size, self.config.resize)  # (3, S, S)
         self.timings = {}
         self._enc = dict(self._run(G.IMAGE_ENCODER, {"image": np.ascontiguousarray(image[None])}))
         self._guide = image  # (3, s, s) in [0, 1]: the guide of the output refinement
@@ -373,8 +374,9 @@ class SAM2Stream:
         )
         if conditioning:
             obj.cond[t] = memory
-            while len(obj.cond) > cfg.max_cond_frames:
-                obj.cond.popitem(last=False)
+            while cfg.max_cond_frames is not None and len(obj.cond) > cfg.max_cond_frames:
+                _, oldest = obj.cond.popitem(last=False)
+                _demote(obj, oldest)
         elif selected:
             obj.recent.append(memory)
             obj.ptrs.append((t, ptr))
@@ -435,6 +437,16 @@ def memory_slots(t: int, num_maskmem: int, stride: int = 1) -> dict[int, int]:
         if frame >= 0:
             slots.setdefault(frame, i)
     return slots
+
+
+def _demote(obj: _Object, memory: _Memory) -> None:
+    """A conditioning frame beyond ``max_cond_frames`` becomes a tracked frame: its memory and
+    pointer join the recent ones (in frame order, the bounds kept), as SAM 2 attends to an
+    unselected conditioning frame while it is among the recent frames."""
+    recent = sorted([*obj.recent, memory], key=lambda m: m.frame)
+    obj.recent = deque(recent[-obj.recent.maxlen :], maxlen=obj.recent.maxlen)
+    ptrs = sorted([*obj.ptrs, (memory.frame, memory.ptr)], key=lambda p: p[0])
+    obj.ptrs = deque(ptrs[-obj.ptrs.maxlen :], maxlen=obj.ptrs.maxlen)
 
 
 def _drop_frame(obj: _Object, t: int) -> None:
