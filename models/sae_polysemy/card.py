@@ -297,7 +297,13 @@ class SAEPolysemyCard(ModelCard):
         (``pseval_accuracy_ci_low`` / ``_high``), chance (``majority_accuracy``: the most
         common label's share) and PS-Eval without an SAE (``raw_pseval_*``: the largest of
         the 384 raw activations at the same hook point as the "feature"; the paired interval
-        of the SAE's accuracy minus it: ``pseval_accuracy_minus_raw_ci_*``)."""
+        of the SAE's accuracy minus it: ``pseval_accuracy_minus_raw_ci_*``).
+
+        And the positive control (``control.planted_control``, seconds of training): PS-Eval
+        accuracy on 160 synthetic pairs with planted senses of an SAE of this card's recipe
+        (``ps_eval_planted``, must be well above 0.5), of the broken variants
+        (``ps_eval_planted_broken``: both senses on one direction; ``_untrained``) and of raw
+        activations (``ps_eval_planted_raw``), so a chance-level WiC score can be read."""
         first, second, _ = self._pair_features(runners[GRAPH])
         labels = np.array([p.label for p in load_wic()])
         metrics = pseval_features(first, second, labels)
@@ -318,6 +324,9 @@ class SAEPolysemyCard(ModelCard):
             low,
             high,
         )
+        from edgekit.models.sae_polysemy.control import planted_control
+
+        out.update(planted_control(self.sae_config()))
         return out
 
     def agreement(

@@ -1,5 +1,6 @@
 """``edgekit eval sae-polysemy``: the PS-Eval study (``report.eval_table``): tables by variant,
-layer and hook point, report.json and frontier.png."""
+layer and hook point, the planted-feature positive control (``report["planted_control"]``:
+``ps_eval_planted`` and its broken variants), report.json and frontier.png."""
 
 from __future__ import annotations
 

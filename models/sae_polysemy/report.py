@@ -8,7 +8,10 @@
   each variant traces an MSE-L0 curve; every variant is read at the same L0 (``REFERENCE_L0``,
   log-log interpolation) and the ranking by MSE is compared with the ranking by F1 and
   specificity;
-- an expansion sweep (TopK at 2x, 4x, 8x on one hook point) for the specificity trend.
+- an expansion sweep (TopK at 2x, 4x, 8x on one hook point) for the specificity trend;
+- the positive control (``control.planted_control``): the card's SAE recipe on synthetic
+  activations with planted senses, which PS-Eval must score well above chance, and its
+  broken variants, which must not.
 
 ``eval_table`` is what ``edgekit eval sae-polysemy`` runs: it prints the tables and writes
 ``report.json`` (and a frontier plot) to ``out``.
@@ -25,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.models.sae_polysemy.activations import HookPoint, all_hook_points
+from edgekit.models.sae_polysemy.control import planted_control
 from edgekit.models.sae_polysemy.train import SAEConfig, load_activations, train_suite, with_hook
 from edgekit.models.sae_polysemy.wic import load_wic
 from edgekit.study import save_figure
@@ -225,6 +229,7 @@ def run_report(show_progress: bool = True, workers: int = 2) -> dict[str, Any]:
         "sae_count": len(unique),
         "pairs": len(load_wic()),
         "config": asdict(SAEConfig()),
+        "planted_control": planted_control(SAEConfig()),
     }
 
 
@@ -270,6 +275,16 @@ def print_report(report: dict[str, Any], console: Any) -> None:
         f"accuracy on {pairs} pairs: 95 % interval about +-{half_width:.3f} around 0.5 "
         "(always answering 'same' scores accuracy 0.5, specificity 0 and F1 0.667)"
     )
+    control = report.get("planted_control")
+    if control:
+        console.print(
+            f"positive control ({control['ps_eval_planted_pairs']:.0f} synthetic pairs, senses "
+            f"planted on known directions, the card's TopK recipe): accuracy "
+            f"{control['ps_eval_planted']:.3f}; broken (both senses on one direction) "
+            f"{control['ps_eval_planted_broken']:.3f}, untrained SAE "
+            f"{control['ps_eval_planted_untrained']:.3f}, raw activations "
+            f"{control['ps_eval_planted_raw']:.3f}"
+        )
     tr = report["trends"]
     for key in ("by_layer", "by_site", "by_variant"):
         console.print(

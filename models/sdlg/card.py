@@ -5,7 +5,9 @@ float32 (full-sequence re-run, right padding; batch and sequence dynamic, S <= 4
 side (``SDLG`` in sdlg.py over ``CausalLM`` with ``runner_backend``) runs decoding, MiniLM
 equivalence and the entropies around the graph, on torch or on any edgekit runtime.
 
-``evaluate`` scores ``eval_questions`` corpus questions (a tier-balanced stride) with SDLG,
+The corpus is split by fact (``corpus.split_facts``): the equivalence threshold, SDLG's knobs
+and int8 calibration inputs come from the tuning facts; ``evaluate`` scores
+``eval_questions`` of the other, evaluated facts (a tier-balanced stride) with SDLG,
 10-sample semantic entropy and predictive entropy and returns each one's AUROC for predicting
 an incorrect answer; ``experiment`` runs the full study (``edgekit eval sdlg``).
 """
@@ -22,7 +24,7 @@ import numpy as np
 import torch
 
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
-from edgekit.models.sdlg.corpus import Fact, build_facts
+from edgekit.models.sdlg.corpus import Fact, build_facts, split_facts
 from edgekit.models.sdlg.lm import LMConfig
 from edgekit.models.tinylm.causal import CausalLM, pad, runner_backend
 from edgekit.models.tinylm.model import TinyCausalLM
@@ -88,12 +90,21 @@ class SDLGCard(ModelCard):
         return self._lm
 
     def semantic(self) -> Any:
-        """The MiniLM cosine equivalence model at the calibrated threshold (cached)."""
+        """The MiniLM cosine equivalence model at the threshold calibrated on the tuning
+        facts (cached)."""
         if self._semantic is None:
             from edgekit.models.sdlg.semantic import cosine_equivalence
 
-            self._semantic = cosine_equivalence()
+            self._semantic = cosine_equivalence(self.tuning_facts())
         return self._semantic
+
+    def _split(self) -> tuple[list[Fact], list[Fact]]:
+        return split_facts(build_facts(self.lm_config().people, self.lm_config().seed))
+
+    def tuning_facts(self) -> list[Fact]:
+        """The facts everything is tuned on (threshold, knobs, int8 calibration), never
+        evaluated."""
+        return self._split()[0]
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
@@ -116,9 +127,9 @@ class SDLGCard(ModelCard):
         return {GRAPH: _feeds(list(GOLDEN))}
 
     def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
-        """Single-question prompts (1, S) of the corpus, ``limit`` at most."""
-        facts = build_facts(self.lm_config().people, self.lm_config().seed)
-        return {GRAPH: [_feeds([(f.question(1), "")]) for f in facts[:limit]]}
+        """Single-question prompts (1, S) of the tuning facts (never an evaluated one),
+        ``limit`` at most."""
+        return {GRAPH: [_feeds([(f.question(1), "")]) for f in self.tuning_facts()[:limit]]}
 
     def preprocessing(self) -> dict[str, Any]:
         return {
@@ -141,8 +152,9 @@ class SDLGCard(ModelCard):
 
     # ---- measuring -------------------------------------------------------------------------
     def eval_facts(self) -> list[Fact]:
-        """``eval_questions`` corpus facts taken at an even stride (every tier represented)."""
-        facts = build_facts(self.lm_config().people, self.lm_config().seed)
+        """``eval_questions`` of the evaluated facts (disjoint from ``tuning_facts``) taken at
+        an even stride (every tier represented)."""
+        facts = self._split()[1]
         stride = max(1, len(facts) // self.eval_questions)
         return facts[::stride][: self.eval_questions]
 

@@ -212,6 +212,31 @@ def build_facts(people: int = 56, seed: int = 0) -> list[Fact]:
     return facts
 
 
+TUNING_SHARE = 1 / 3  # of each tier's facts, kept for tuning; the rest are evaluated
+SPLIT_SEED = 11
+
+
+def split_facts(
+    facts: list[Fact], share: float = TUNING_SHARE, seed: int = SPLIT_SEED
+) -> tuple[list[Fact], list[Fact]]:
+    """(tuning facts, evaluated facts): disjoint by fact, deterministic. Within each tier a
+    seeded shuffle puts ``round(share * n)`` facts in tuning and the rest in evaluation, so
+    both halves keep the tier mix (and so right and wrong answers); each half in corpus
+    order. Every SDLG knob, threshold and calibration input is chosen on the tuning facts;
+    only the evaluated ones are ever scored for the reported numbers."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"share must be in (0, 1), got {share}")
+    if len(set(facts)) != len(facts):
+        raise ValueError("facts must be distinct")
+    rng = random.Random(seed)
+    tuning: set[Fact] = set()
+    for tier in TIERS:
+        members = [f for f in facts if f.tier == tier]
+        rng.shuffle(members)
+        tuning.update(members[: round(share * len(members))])
+    return [f for f in facts if f in tuning], [f for f in facts if f not in tuning]
+
+
 def training_pairs(facts: list[Fact], seed: int = 0) -> list[tuple[str, str]]:
     """(question, answer) training pairs: each fact ``TIER_COUNTS[tier]`` times, each with a
     random question paraphrase and answer form; shuffled, seeded."""

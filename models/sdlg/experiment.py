@@ -1,5 +1,6 @@
-"""``edgekit eval sdlg``: SDLG's knobs chosen on the calibration questions (tuning.py, cached),
-then the full study on every evaluated corpus question, its tables, roc.png and report.json."""
+"""``edgekit eval sdlg``: SDLG's knobs chosen on the tuning facts (tuning.py, cached), then the
+full study on every evaluated fact (disjoint from the tuning ones, ``corpus.split_facts``), its
+tables, roc.png and report.json."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from edgekit.cache import atomic_write_text, cache_dir
 from edgekit.models.sdlg.sdlg import SDLGConfig
 
-BEAMS = (1, 2, 5)  # completion beam widths tried on the calibration split (5: the paper's)
+BEAMS = (1, 2, 5)  # completion beam widths tried on the tuning facts (5: the paper's)
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.sdlg.card import SDLGCard
@@ -44,12 +45,14 @@ def plot_roc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path)
 
 
 def tuned(lm: Any, semantic: Any, facts: list, lm_key: str, show_progress: bool = True) -> dict:
-    """``tuning.tune_sdlg`` on the calibration questions, cached under ``cache_dir("sdlg")``
-    by ``tuning.tuning_key`` (the LM's key, the grid and the tuning recipe's version)."""
+    """``tuning.tune_sdlg`` on the tuning ``facts``, cached under ``cache_dir("sdlg")`` by
+    ``tuning.tuning_key`` (the LM's key, the grid, the facts, the threshold's key and the
+    tuning recipe's version)."""
     from edgekit.models.sdlg.tuning import tune_sdlg, tuning_key
     from edgekit.progress import step_progress
 
-    path = cache_dir("sdlg") / f"tuning-{tuning_key(lm_key, SDLGConfig(), BEAMS, 10)}.json"
+    key = tuning_key(lm_key, SDLGConfig(), BEAMS, 10, facts)
+    path = cache_dir("sdlg") / f"tuning-{key}.json"
     if path.exists():
         return json.loads(path.read_text())
     with step_progress("sdlg calibration", len(facts) * len(BEAMS), show_progress) as step:
@@ -68,7 +71,7 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: d
     console = wide_console()
     chosen = tuning["chosen"]
     console.print(
-        f"Chosen on the calibration split ({tuning['questions']} questions, "
+        f"Chosen on the tuning facts ({tuning['questions']} questions, "
         f"{tuning['split']}): SDLG {chosen['alternatives']} alternatives, "
         f"{chosen['completion_beams']} completion beam(s), {chosen['length']} of token "
         f"log-probs (calibration AUROC {chosen['auroc']:.3f}, {chosen['rows_mean']:.1f} rows vs "
@@ -147,13 +150,13 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: d
 
 
 def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
-    """Train/load the LM, choose SDLG's knobs on the calibration questions (tuning.py), run
-    the study on every evaluated corpus question through torch, print the tables, write
+    """Train/load the LM, choose SDLG's knobs on the tuning facts (tuning.py), run the study
+    on every evaluated fact (the rest of the corpus) through torch, print the tables, write
     roc.png and report.json under ``out``; returns the report."""
     import torch
 
     from edgekit.models.sdlg.card import report_json
-    from edgekit.models.sdlg.corpus import build_facts
+    from edgekit.models.sdlg.corpus import build_facts, split_facts
     from edgekit.models.sdlg.lm import train_cached
     from edgekit.models.sdlg.study import run_study
     from edgekit.models.sdlg.tuning import EVALUATION_PARAPHRASE, config_from_tuning
@@ -166,10 +169,10 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
         config = card.lm_config()
         model, train_log = train_cached(config)
         semantic = card.semantic()
-        facts = build_facts(config.people, config.seed)
+        tuning_facts, facts = split_facts(build_facts(config.people, config.seed))
         lm = CausalLM(torch_backend(model), config.max_len)
         start = time.perf_counter()
-        tuning = tuned(lm, semantic, facts, config.key(), show_progress)
+        tuning = tuned(lm, semantic, tuning_facts, config.key(), show_progress)
         with step_progress("sdlg study", len(facts), show_progress) as step:
             study = run_study(
                 lm,
@@ -193,6 +196,11 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
         "sdlg_config": study["config"],
         "score_lengths": study["lengths"],
         "tuning": tuning,
+        "split": {
+            "tuning_facts": len(tuning_facts),
+            "evaluated_facts": len(facts),
+            "disjoint": not set(tuning_facts) & set(facts),
+        },
         "lm": {"config": train_log.get("config"), "train": train_log},
         "equivalence": {"model": "all-MiniLM-L6-v2 cosine", **semantic.calibration},
         "study_seconds": seconds,

@@ -60,8 +60,8 @@ LENGTHS = ("sum", "mean")
 @dataclass(frozen=True)
 class SDLGConfig:
     """SDLG's knobs. ``beams``, ``token_prob`` and ``alphas`` are the paper's;
-    ``alternatives``, ``completion_beams`` and ``length`` were chosen on the calibration split
-    (tuning.tune_sdlg: the other wording of each question), under the LM cost of 10-sample
+    ``alternatives``, ``completion_beams`` and ``length`` are chosen on the tuning facts
+    (tuning.tune_sdlg, facts disjoint from the evaluated ones), under the LM cost of 10-sample
     sampling."""
 
     beams: int = 5  # beam width of the initial answer

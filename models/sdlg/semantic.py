@@ -35,6 +35,7 @@ import numpy as np
 
 from edgekit.cache import atomic_write_text, cache_dir, recipe_key
 from edgekit.errors import InputError
+from edgekit.models.sdlg.corpus import Fact, build_facts, split_facts
 from edgekit.models.tinylm.tokens import CLS_ID, SEP_ID, VOCAB_SIZE, token_strings
 
 MAX_TOKENS = 128
@@ -291,22 +292,31 @@ class NLIEquivalence:
         return Attribution(word_attribution(grads, e, word_groups(answer)), grads, signed=True)
 
 
-THRESHOLD_VERSION = 1
+THRESHOLD_VERSION = 2  # 2: pairs from the tuning facts only, disjoint from the evaluated ones
 # bump when the threshold calibration changes (pairs, similarity, choice); edits that do not change it keep it
 
 
-def cosine_equivalence() -> CosineEquivalence:
-    """MiniLM cosine equivalence at the threshold ``study.calibrate_threshold`` picks, cached
-    under ``cache_dir("sdlg")`` by ``recipe_key("sdlg-threshold", THRESHOLD_VERSION)``."""
+def threshold_key(facts: Sequence[Fact]) -> str:
+    """Cache key (16 hex) of the threshold calibrated on ``facts``: ``recipe_key`` over
+    "sdlg-threshold", ``THRESHOLD_VERSION`` and each fact's (name, attribute), the pairs'
+    only input from them."""
+    return recipe_key("sdlg-threshold", THRESHOLD_VERSION, [[f.name, f.attribute] for f in facts])
+
+
+def cosine_equivalence(facts: Sequence[Fact] | None = None) -> CosineEquivalence:
+    """MiniLM cosine equivalence at the threshold ``study.calibrate_threshold`` picks on the
+    tuning facts ``facts`` (default: the tuning split of the default corpus,
+    ``corpus.split_facts``), cached under ``cache_dir("sdlg")`` by ``threshold_key``."""
     from edgekit.models.sdlg.study import calibrate_threshold
 
-    path = cache_dir("sdlg") / f"threshold-{recipe_key('sdlg-threshold', THRESHOLD_VERSION)}.json"
+    facts = list(facts) if facts is not None else split_facts(build_facts())[0]
+    path = cache_dir("sdlg") / f"threshold-{threshold_key(facts)}.json"
     if path.exists():
         calibration = json.loads(path.read_text())
         semantic = CosineEquivalence(calibration["threshold"])
     else:
         semantic = CosineEquivalence(1.0)
-        calibration = calibrate_threshold(semantic)
+        calibration = calibrate_threshold(semantic, facts)
         semantic.threshold = calibration["threshold"]
         atomic_write_text(path, json.dumps(calibration, indent=1))
     semantic.calibration = calibration  # type: ignore[attr-defined]

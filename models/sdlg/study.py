@@ -2,9 +2,10 @@
 synthetic QA corpus, their AUROC for predicting incorrect answers, and their LM cost.
 
 ``calibrate_threshold`` fixes the MiniLM cosine threshold from answer-form pairs of the corpus
-templates (same value in two wordings = equivalent; different values = not), independent of
-the LM's answers. ``run_study`` scores a list of facts through any ``CausalLM`` (torch or a
-runtime session) and returns per-question records and the summary metrics: AUROC of each
+templates (same value in two wordings = equivalent; different values = not) for the people and
+attributes of the tuning facts only (``corpus.split_facts``), independent of the LM's answers.
+``run_study`` scores a list of facts through any ``CausalLM`` (torch or a runtime session) and
+returns per-question records and the summary metrics: AUROC of each
 method (at its chosen length handling, and both handlings as an ablation), LM rows per
 question, and per popularity tier the accuracy, the mean scores and where SDLG substituted
 (a value word, a word copied from the question such as the name, a template word such as
@@ -23,7 +24,6 @@ import numpy as np
 from edgekit.errors import InputError
 from edgekit.models.sdlg.corpus import (
     ATTRIBUTES,
-    NAMES,
     TEMPLATE_WORDS,
     TIERS,
     Fact,
@@ -64,30 +64,35 @@ def substitution_kind(answer: list[int], position: int, token: int, question: st
     return "question" if word in set(question.lower().replace("?", " ").split()) else "value"
 
 
-def calibration_pairs(seed: int = 7, people: int = 20) -> tuple[list, list[int]]:
+def calibration_pairs(facts: Sequence[Fact], seed: int = 7) -> tuple[list, list[int]]:
     """((question ids, answer ids a, answer ids b) triples, labels 1 = same meaning) built from
-    the corpus templates with random values (no LM output involved)."""
+    the corpus templates for the (person, attribute) of each of ``facts`` (the tuning facts:
+    never an evaluated one) with random values (no LM output involved): per fact, every pair
+    of answer forms of one value (equivalent) and of two values (not)."""
     rng = random.Random(seed)
     triples, labels = [], []
-    for name in rng.sample(NAMES, people):
-        for attribute, spec in ATTRIBUTES.items():
-            v1, v2 = rng.sample(spec["values"], 2)
-            f1, f2 = Fact(name, attribute, v1, "-"), Fact(name, attribute, v2, "-")
-            q = encode(f1.question(rng.randrange(2)))
-            forms = range(len(spec["answers"]))
-            for i in forms:
-                for j in forms:
-                    if i < j:
-                        triples.append((q, encode(f1.answer(i)), encode(f1.answer(j))))
-                        labels.append(1)
-                    triples.append((q, encode(f1.answer(i)), encode(f2.answer(j))))
-                    labels.append(0)
+    for fact in facts:
+        spec = ATTRIBUTES[fact.attribute]
+        v1, v2 = rng.sample(spec["values"], 2)
+        f1, f2 = Fact(fact.name, fact.attribute, v1, "-"), Fact(fact.name, fact.attribute, v2, "-")
+        q = encode(f1.question(rng.randrange(2)))
+        forms = range(len(spec["answers"]))
+        for i in forms:
+            for j in forms:
+                if i < j:
+                    triples.append((q, encode(f1.answer(i)), encode(f1.answer(j))))
+                    labels.append(1)
+                triples.append((q, encode(f1.answer(i)), encode(f2.answer(j))))
+                labels.append(0)
     return triples, labels
 
 
-def calibrate_threshold(semantic: CosineEquivalence) -> dict[str, float]:
-    """The cosine threshold with the best balanced accuracy on ``calibration_pairs``."""
-    triples, labels = calibration_pairs()
+def calibrate_threshold(semantic: CosineEquivalence, facts: Sequence[Fact]) -> dict[str, float]:
+    """The cosine threshold with the best balanced accuracy on ``calibration_pairs(facts)``
+    (``facts``: the tuning facts)."""
+    if not facts:
+        raise InputError("the threshold is calibrated on tuning facts: got none")
+    triples, labels = calibration_pairs(facts)
     y = np.array(labels, dtype=bool)
     cos = np.array([semantic.similarity(text_ids(q, a), text_ids(q, b)) for q, a, b in triples])
     values = np.unique(cos)
@@ -103,6 +108,7 @@ def calibrate_threshold(semantic: CosineEquivalence) -> dict[str, float]:
         "pairs": int(y.size),
         "equivalent_pairs": int(y.sum()),
         "cosine_auroc": auroc(cos, y.astype(int)),
+        "facts": len(facts),
     }
 
 

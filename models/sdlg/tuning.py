@@ -1,9 +1,11 @@
-"""Choosing SDLG's free knobs on a calibration split, never on the evaluated questions.
+"""Choosing SDLG's free knobs on tuning facts, disjoint from the evaluated ones.
 
-The evaluated questions are every fact's first wording (``fact.question(0)``); the
-calibration split is the same facts asked in their second wording (``fact.question(1)``,
-"which city does anna live in?" for "where does anna live?"), so no evaluated question is
-ever scored while choosing. On the calibration questions ``tune_sdlg``
+``corpus.split_facts`` splits the corpus by fact (seeded, a third of each popularity tier for
+tuning): the evaluated questions are the evaluated facts in their first wording
+(``fact.question(0)``); tuning asks the tuning facts, never an evaluated fact, in their second
+wording (``fact.question(1)``, "which city does anna live in?"). (Until RECIPE_VERSION 2 the
+tuning questions were the evaluated facts themselves, reworded.) On the tuning questions
+``tune_sdlg``
 
 1. runs the 10-sample sampling baselines once: their mean LM rows are the cost cap, and each
    baseline's length handling (sum or mean of token log-probabilities) is chosen by its
@@ -30,12 +32,12 @@ from edgekit.errors import InputError
 from edgekit.models.sdlg.corpus import Fact, is_correct
 from edgekit.models.sdlg.entropy import auroc, sdlg_semantic_entropy
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig, SDLGResult
-from edgekit.models.sdlg.semantic import THRESHOLD_VERSION, EquivalenceModel
+from edgekit.models.sdlg.semantic import EquivalenceModel, threshold_key
 from edgekit.models.tinylm.causal import CausalLM
 
 CALIBRATION_PARAPHRASE = 1
 EVALUATION_PARAPHRASE = 0
-RECIPE_VERSION = 1  # bump when what tuning does changes (split, grid search, SDLG, scoring); edits that do not change the result keep it
+RECIPE_VERSION = 2  # 2: tuning facts disjoint from the evaluated ones. Bump when what tuning does changes (split, grid search, SDLG, scoring); edits that do not change the result keep it
 
 
 def prefix_entropy(result: SDLGResult, k: int, length: str) -> tuple[float, int]:
@@ -71,9 +73,10 @@ def tune_sdlg(
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Choose ``completion_beams``, ``alternatives`` and ``length`` on the calibration
-    questions of ``facts`` (module doc). Returns ``config`` (the chosen SDLGConfig as a dict),
-    ``baseline_lengths`` (method -> "sum" | "mean"), the AUROC/rows ``table`` of every
-    setting and the sampling baselines' calibration numbers."""
+    questions of ``facts``, the tuning facts (``corpus.split_facts``; module doc). Returns
+    ``config`` (the chosen SDLGConfig as a dict), ``baseline_lengths`` (method -> "sum" |
+    "mean"), the AUROC/rows ``table`` of every setting and the sampling baselines'
+    calibration numbers."""
     base = base or SDLGConfig()
     if not beams or min(beams) < 1 or max_alternatives < 1:
         raise InputError(
@@ -135,8 +138,8 @@ def tune_sdlg(
         length=best["length"],
     )
     return {
-        "split": f"paraphrase {CALIBRATION_PARAPHRASE} of every fact (evaluation: paraphrase "
-        f"{EVALUATION_PARAPHRASE})",
+        "split": f"paraphrase {CALIBRATION_PARAPHRASE} of {len(facts)} tuning facts, disjoint "
+        f"from the evaluated ones (evaluation: paraphrase {EVALUATION_PARAPHRASE})",
         "questions": len(questions),
         "accuracy": float(1 - np.mean(incorrect)),
         "config": asdict(chosen),
@@ -148,10 +151,24 @@ def tune_sdlg(
     }
 
 
-def tuning_key(lm_key: str, base: SDLGConfig, beams: Sequence[int], max_alternatives: int) -> str:
+def tuning_key(
+    lm_key: str,
+    base: SDLGConfig,
+    beams: Sequence[int],
+    max_alternatives: int,
+    facts: Sequence[Fact],
+) -> str:
     """Cache key (16 hex): ``recipe_key`` over "sdlg-tuning", ``RECIPE_VERSION``, the LM's key,
-    the base config, the grid and the version of the equivalence threshold's calibration."""
-    config = [lm_key, asdict(base), list(beams), max_alternatives, THRESHOLD_VERSION]
+    the base config, the grid, the tuning facts and the equivalence threshold's key (its
+    calibration's version and facts)."""
+    config = [
+        lm_key,
+        asdict(base),
+        list(beams),
+        max_alternatives,
+        [asdict(f) for f in facts],
+        threshold_key(facts),
+    ]
     return recipe_key("sdlg-tuning", RECIPE_VERSION, config)
 
 
