@@ -21,6 +21,11 @@ is in TRAIN_PHOTOS) and its own seed, so held-out clips never show a training ba
 ``train-wide`` (a training option, ``TrainConfig.split``) draws from TRAIN_PHOTOS and
 WIDE_PHOTOS (natural photos bundled with scikit-learn and matplotlib, none of them held out),
 each background turned by a random flip / transposition, with its own seed.
+``train-cutout`` (a training option too) draws from the same photos as ``train-wide`` but its
+objects are regions cut from the photos themselves (``cutouts.py``: adjacent superpixels grown
+into one irregular region, real texture, internal edges and shading, up to twice as large), the
+second object often cut from the main object's photo (a distractor of the same colours), and
+each clip is lit differently over time and sometimes motion-blurred.
 """
 
 from __future__ import annotations
@@ -52,7 +57,9 @@ HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
 # matplotlib's sample portrait and scikit-image's Hubble field (not text or retina images,
 # which are held-out kinds).
 WIDE_PHOTOS = ("china", "flower", "grace_hopper", "hubble_deep_field")
-SPLIT_SEEDS = {"train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017}
+SPLIT_SEEDS = {
+    "train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017, "train-cutout": 5_500_021,
+}  # fmt: skip
 DEFAULT_SIZE = 256
 WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
 
@@ -125,7 +132,7 @@ def _read_photo(name: str) -> np.ndarray:
 def _photos(split: str) -> tuple[str, ...]:
     if split not in SPLIT_SEEDS:
         raise InputError(f"unknown split '{split}'; expected one of {', '.join(SPLIT_SEEDS)}")
-    if split == "train-wide":
+    if split in ("train-wide", "train-cutout"):
         return TRAIN_PHOTOS + WIDE_PHOTOS
     return TRAIN_PHOTOS if split == "train" else HELDOUT_PHOTOS
 
@@ -201,6 +208,11 @@ def _outline(rng: np.random.Generator, radius: float) -> np.ndarray:
     return np.stack([radii * np.cos(angles), radii * np.sin(angles)], axis=1).astype(np.float64)
 
 
+def _shape(rng: np.random.Generator, texture, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """(outline, texture) of a synthetic object: a disc, ellipse or star, then its texture."""
+    return _outline(rng, radius), texture()
+
+
 @dataclass
 class _Object:
     outline: np.ndarray  # (V, 2) canonical (x, y)
@@ -223,7 +235,7 @@ def _inside_point(rng: np.random.Generator, size: int, margin: float) -> np.ndar
     return rng.uniform(margin, size - margin, size=2)
 
 
-def _drifting(rng, size, frames, radius, textures, scale_to=1.0) -> _Object:
+def _drifting(rng, size, frames, radius, shape, scale_to=1.0) -> _Object:
     start = _inside_point(rng, size, radius * max(1.0, scale_to) + 4)
     step = rng.uniform(0.5, 3.0) * frames
     direction = rng.uniform(0, 2 * np.pi)
@@ -231,8 +243,7 @@ def _drifting(rng, size, frames, radius, textures, scale_to=1.0) -> _Object:
         start + step * np.array([np.cos(direction), np.sin(direction)]), radius, size - radius
     )
     return _Object(
-        _outline(rng, radius),
-        textures(),
+        *shape(radius),
         _linear_path(start, end, frames),
         np.linspace(1.0, scale_to, frames),
         _spin(rng, frames),
@@ -240,19 +251,22 @@ def _drifting(rng, size, frames, radius, textures, scale_to=1.0) -> _Object:
 
 
 def _case_objects(
-    case, rng, size, frames, textures
+    case, rng, size, frames, shape, enlarge=None
 ) -> tuple[list[_Object], list[int], tuple | None]:
     """The objects of one motion case (the case's own first), their drawing order (back to
-    front) and the occluding bar (axis, lo, hi) or None."""
+    front) and the occluding bar (axis, lo, hi) or None. ``shape(radius)`` -> (outline,
+    texture); ``enlarge()``, where given, scales the radius of objects that need not hide behind
+    a bar or leave the frame (linear, scale, crossing, the second object)."""
+    larger = enlarge or (lambda: 1.0)
     radius = lambda: rng.uniform(0.08, 0.17) * size  # noqa: E731
     bar = None
     if case == "linear":
-        objects = [_drifting(rng, size, frames, radius(), textures)]
+        objects = [_drifting(rng, size, frames, radius() * larger(), shape)]
     elif case == "scale":
         grow = rng.random() < 0.5
         factor = rng.uniform(1.5, 2.0)
-        r = radius() * (0.7 if grow else 1.0)
-        objects = [_drifting(rng, size, frames, r, textures, factor if grow else 1 / factor)]
+        r = radius() * (0.7 if grow else 1.0) * larger()
+        objects = [_drifting(rng, size, frames, r, shape, factor if grow else 1 / factor)]
     elif case == "crossing":
         meet = rng.uniform(0.4, 0.6, size=2) * size  # both centres pass here mid-clip
         direction = rng.uniform(0, 2 * np.pi)
@@ -262,8 +276,7 @@ def _case_objects(
             reach = rng.uniform(0.25, 0.35) * size
             objects.append(
                 _Object(
-                    _outline(rng, radius()),
-                    textures(),
+                    *shape(radius() * larger()),
                     _linear_path(meet + reach * unit, meet - reach * unit, frames),
                     np.ones(frames),
                     _spin(rng, frames),
@@ -280,7 +293,7 @@ def _case_objects(
         along = centre + (np.arange(frames) - middle) * speed  # starts beside the bar, visible
         cross = np.full(frames, rng.uniform(0.25, 0.75) * size)
         xy = np.stack([along, cross], 1) if axis == 0 else np.stack([cross, along], 1)
-        objects = [_Object(_outline(rng, r), textures(), xy, np.ones(frames), _spin(rng, frames))]
+        objects = [_Object(*shape(r), xy, np.ones(frames), _spin(rng, frames))]
     elif case == "exit":
         r = rng.uniform(0.07, 0.12) * size
         direction = int(rng.integers(4))  # leave through left, right, top or bottom
@@ -289,12 +302,12 @@ def _case_objects(
         across = rng.uniform(0.25, 0.75) * size + np.linspace(0, rng.uniform(-20, 20), frames)
         coord = along if direction in (1, 3) else size - along
         xy = np.stack([coord, across], 1) if direction < 2 else np.stack([across, coord], 1)
-        objects = [_Object(_outline(rng, r), textures(), xy, np.ones(frames), _spin(rng, frames))]
+        objects = [_Object(*shape(r), xy, np.ones(frames), _spin(rng, frames))]
     else:
         raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
     order = list(range(len(objects)))  # back to front
     if case != "crossing" and rng.random() < 0.6:  # an independent second object (id 2)
-        objects.append(_drifting(rng, size, frames, radius(), textures))
+        objects.append(_drifting(rng, size, frames, radius() * larger(), shape))
         order.insert(int(rng.integers(2)), 1)
     return objects, order, bar
 
@@ -360,14 +373,22 @@ def make_clip(
     for attempt in range(100):
         rng = np.random.default_rng([SPLIT_SEEDS[split], index, frames, size, attempt])
         background = photos[int(rng.integers(len(photos)))]
-        textures = partial(_texture, rng, photos, background)
-        objects, order, bar = _case_objects(case, rng, size, frames, textures)
+        if split == "train-cutout":
+            from edgekit.models.sam2_edge.cutouts import CutoutShapes
+
+            shapes = CutoutShapes(rng, photos, background)
+            objects, order, bar = _case_objects(case, rng, size, frames, shapes, shapes.enlarge)
+        else:
+            shape = partial(_shape, rng, partial(_texture, rng, photos, background))
+            objects, order, bar = _case_objects(case, rng, size, frames, shape)
         bar_texture = _texture(rng, photos, background)
         photo = load_background(background)
         if split == "train-wide":
             photo = _turned(photo, rng)
         base = _background_frames(rng, photo, size, frames)
         pixels, masks, overlapped = _render(objects, order, bar, bar_texture, base, flat)
+        if split == "train-cutout" and not flat:
+            pixels = shapes.relight(pixels)
         first_area = masks[0].sum(axis=(1, 2)).min()
         if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped):
             ids = tuple(range(1, len(objects) + 1))

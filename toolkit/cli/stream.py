@@ -84,7 +84,8 @@ def paired_table(
     # stream options only: B runs A's very graphs (no second load, same weights for sure)
     other_runners = reference_runners(other) if weights else runners
     rows = card.compare(runners, other, other_runners)
-    given = ", ".join(f"{k}={v}" for k, v in card.options.items()) or "the card's options"
+    shown = {k: v for k, v in card.options.items() if k != getattr(card, "out_option", None)}
+    given = ", ".join(f"{k}={v}" for k, v in shown.items()) or "the card's options"
     changed = ", ".join(f"{k}={v}" for k, v in options.items())
     clips = len(card.heldout())
     which = str(card.options.get("eval_set", "heldout")).replace("heldout", "held-out")

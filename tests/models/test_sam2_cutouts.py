@@ -1,0 +1,74 @@
+"""The ``train-cutout`` clips (models/sam2_edge/cutouts.py): objects are regions of real photos
+(irregular outlines, the photo's own pixels), masks stay exact, clips are reproducible, and the
+lighting drift changes pixels, never masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from edgekit.errors import InputError
+from edgekit.models.sam2_edge import clips as C
+from edgekit.models.sam2_edge.cutouts import CutoutShapes, _grow
+
+
+def _solidity(mask: np.ndarray) -> float:
+    from skimage.morphology import convex_hull_image
+
+    return float(mask.sum() / convex_hull_image(mask).sum())
+
+
+def test_cutout_clips_are_reproducible_and_their_objects_irregular():
+    clips = [C.make_clip("train-cutout", i, frames=6) for i in range(10)]
+    again = C.make_clip("train-cutout", 3, frames=6)
+    assert np.array_equal(again.frames, clips[3].frames)
+    assert np.array_equal(again.masks, clips[3].masks)
+    first = [c.masks[0, 0] for c in clips if c.masks[0, 0].sum() > 200]
+    solidity = [_solidity(m) for m in first]
+    # discs, ellipses and star polygons of the other splits are nearly convex
+    assert min(solidity) < 0.85 and np.median(solidity) < 0.95, solidity
+    assert all(c.split == "train-cutout" for c in clips)
+
+
+def test_an_object_shows_its_photo_pixels():
+    rng = np.random.default_rng(5)
+    shapes = CutoutShapes(rng, ("astronaut",), avoid="")
+    outline, texture = shapes(40.0)
+    photo = C.load_background("astronaut")
+    assert texture.shape == (C.TEXTURE_SIZE, C.TEXTURE_SIZE, 3)
+    # the texture is a window of the photo itself (no colour shift)
+    hits = np.argwhere(np.all(np.abs(photo - texture[0, 0]) < 1e-6, axis=-1))
+    assert len(hits) and any(
+        np.allclose(photo[y : y + 8, x : x + 8], texture[:8, :8])
+        for y, x in hits[:50]
+        if y + 8 <= photo.shape[0] and x + 8 <= photo.shape[1]
+    )
+    span = outline.max(axis=0) - outline.min(axis=0)  # every pixel within 40 px of the seed
+    assert (span <= 2 * 40.0 + 2).all() and (span > 10).all()
+
+
+def test_regions_grow_from_whole_superpixels_within_the_radius():
+    labels = np.repeat(np.arange(10), 10)[None, :].repeat(20, axis=0)  # 10 vertical stripes
+    region = _grow(labels, (10, 50), radius=30.0, area=400, rng=np.random.default_rng(0))
+    assert region is not None and region.sum() >= 400
+    # stripes 3..6 lie wholly within 30 px of the seed (stripe 2's far corner is 31.6 px away)
+    assert set(np.unique(labels[region])) <= {3, 4, 5, 6}
+    assert all(labels[region].tolist().count(s) in (0, 200) for s in range(10))  # whole stripes
+    assert _grow(labels, (10, 50), radius=5.0, area=10, rng=np.random.default_rng(0)) is None
+
+
+def test_relight_changes_pixels_not_shapes():
+    clip = C.make_clip("train", 0, frames=6)
+    shapes = CutoutShapes(np.random.default_rng(2), C.TRAIN_PHOTOS, avoid="")
+    lit = shapes.relight(clip.frames)
+    assert lit.shape == clip.frames.shape and lit.dtype == np.uint8
+    assert np.abs(lit.astype(int) - clip.frames).mean() > 2.0
+
+
+def test_training_splits_include_cutouts():
+    from edgekit.models.sam2_edge.card import SAM2EdgeCard
+
+    config = SAM2EdgeCard(recipe="cutout").train_config()
+    assert config.split == "train-cutout" and config.init is not None
+    with pytest.raises(InputError, match="held-out split is never trained on"):
+        SAM2EdgeCard(split="heldout").train_config()
