@@ -25,11 +25,26 @@ def bench_stream_cmd(
             "here on cpu); torch@DEVICE places the --torch rows",
         ),
     ] = None,
-    frames: Annotated[int, typer.Option(help="frames streamed per row")] = 1000,
+    frames: Annotated[
+        int | None, typer.Option(help="frames streamed per row (default 1000; 24 with --meta)")
+    ] = None,
     threads: Annotated[int, typer.Option(help="intra-op threads")] = 2,
     torch_model: Annotated[
         str | None, typer.Option("--torch", help="also stream this card's torch graphs")
     ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(help="card option KEY=VALUE for --torch / --meta (repeat)"),
+    ] = None,
+    meta: Annotated[
+        bool,
+        typer.Option(
+            "--meta",
+            help="side by side with Meta's SAM2VideoPredictor (PyPI sam2) on the same weights: "
+            "the sam2 card (--option) on torch, ONNX Runtime, OpenVINO and the bundles given, "
+            "speed-up and mask agreement per row",
+        ),
+    ] = False,
     out: Annotated[
         Path, typer.Option(help="output: the directory of stream-bench.json and stream-bench.png")
     ] = Path("out/bench-stream"),
@@ -37,13 +52,27 @@ def bench_stream_cmd(
     """Stream a long clip through SAM 2 bundles per runtime: per-frame p50/p90, FPS, early
     vs late frame cost and RSS (a flat line means a bounded memory bank)."""
     from edgekit.bench.tables import write_report
+    from edgekit.cli.options import parse_options
     from edgekit.errors import InputError
     from edgekit.segmentation.bench import bench_streams, plot_stream_report, print_stream_report
 
-    if not bundles and not torch_model:
-        raise InputError("give SAM 2 bundle directories and/or --torch MODEL")
-    report = bench_streams(bundles or [], runtime or [], frames, threads, torch_model)
-    print_stream_report(report, console())
+    options = parse_options(option)
+    if meta:
+        from edgekit.registry import get_card
+        from edgekit.segmentation.meta_compare import compare_with_meta, print_meta_report
+
+        if runtime:
+            raise InputError("--meta picks its runtimes itself; leave --runtime out")
+        card = get_card(torch_model or "sam2", **options)
+        report = compare_with_meta(card, bundles or [], frames or 24, threads)
+        print_meta_report(report, console())
+    else:
+        if not bundles and not torch_model:
+            raise InputError("give SAM 2 bundle directories and/or --torch MODEL")
+        report = bench_streams(
+            bundles or [], runtime or [], frames or 1000, threads, torch_model, options=options
+        )
+        print_stream_report(report, console())
     json_path = write_report(report, out / "stream-bench.json")
     png = plot_stream_report(report, out / "stream-bench.png")
     console().print(f"report: {json_path}, plot: {png}")

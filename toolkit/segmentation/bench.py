@@ -101,19 +101,16 @@ def bench_streams(
     threads: int | None = 2,
     torch_model: str | None = None,
     progress: bool = True,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Rows for every bundle x ``RUNTIME[@DEVICE]`` spec in ``runtimes`` (default: each bundle's
     runtimes that run here, on cpu) and, with ``torch_model`` (a registered SAM 2 card), its
-    torch graphs on each ``torch@DEVICE`` spec's device (default cpu). Errors become rows."""
+    torch graphs on each ``torch@DEVICE`` spec's device (default cpu), built with card
+    ``options``. Errors become rows."""
     from edgekit.bench.environment import environment
     from edgekit.bundle.format import Bundle
     from edgekit.progress import step_progress
-    from edgekit.runtimes import (
-        DEFAULT_RUNTIME_FOR_FORMAT,
-        parse_runtime_spec,
-        runtime_formats,
-        runtime_spec,
-    )
+    from edgekit.runtimes import parse_runtime_spec, runtime_spec
     from edgekit.segmentation.run import bundle_graph_set, bundle_stream_config
 
     specs = [parse_runtime_spec(r) for r in runtimes]
@@ -122,7 +119,7 @@ def bench_streams(
     if torch_model:
         from edgekit.registry import get_card
 
-        card = get_card(torch_model)
+        card = get_card(torch_model, **(options or {}))
         for device in [d for r, d in specs if r == "torch"] or [None]:
 
             def torch_graphs(card: Any = card, device: str = device or "cpu") -> Mapping:
@@ -136,9 +133,7 @@ def bench_streams(
     for path in bundles:
         bundle = Bundle.load(path)
         config = bundle_stream_config(bundle)
-        fmt = bundle.graph("image_encoder").format
-        usable = [r for r in DEFAULT_RUNTIME_FOR_FORMAT[fmt] if fmt in runtime_formats(r)]
-        for runtime, device in bundle_specs or [(r, None) for r in usable]:
+        for runtime, device in bundle_specs or [(r, None) for r in bundle_runtimes(bundle)]:
             plan.append(
                 (
                     bundle.target,
@@ -167,6 +162,14 @@ def bench_streams(
     }
 
 
+def bundle_runtimes(bundle: Any) -> list[str]:
+    """The runtimes that run ``bundle``'s graph format on this machine, default first."""
+    from edgekit.runtimes import DEFAULT_RUNTIME_FOR_FORMAT, runtime_formats
+
+    fmt = bundle.graph("image_encoder").format
+    return [r for r in DEFAULT_RUNTIME_FOR_FORMAT[fmt] if fmt in runtime_formats(r)]
+
+
 def card_runners(card: Any, device: str = "cpu") -> dict[str, Any]:
     """The card's torch graphs as runners on ``device`` (edgekit.build.verify.reference_runners)."""
     from edgekit.build.verify import reference_runners
@@ -176,26 +179,41 @@ def card_runners(card: Any, device: str = "cpu") -> dict[str, Any]:
 
 def print_stream_report(report: Mapping[str, Any], console: Any) -> None:
     """The rows as one table."""
-    from rich.table import Table
-
-    table = Table(
-        title=f"SAM 2 stream, {report['frames']} frames, {report['threads']} threads "
+    title = (
+        f"SAM 2 stream, {report['frames']} frames, {report['threads']} threads "
         "(per frame, end to end)"
     )
     cols = ("target", "runtime", "p50 ms", "p90 ms", "FPS", "frames 10-59 ms", "last 50 ms",
             "last/early", "RSS@10 MB", "RSS end MB")  # fmt: skip
-    for col in cols:
+
+    def cells(r: Mapping[str, Any]) -> list[str]:
+        return [
+            f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}", f"{r['fps']:.1f}", f"{r['early_ms']:.2f}",
+            f"{r['late_ms']:.2f}", f"{r['late_vs_early']:.3f}", f"{r['rss_start_mb']:.0f}",
+            f"{r['rss_end_mb']:.0f}",
+        ]  # fmt: skip
+
+    console.print(rows_table(title, cols, report["results"], cells))
+
+
+def rows_table(
+    title: str,
+    columns: Sequence[str],
+    results: Sequence[Mapping[str, Any]],
+    cells: Callable[[Mapping[str, Any]], list[str]],
+) -> Any:
+    """A rich Table: per result its target, runtime and ``cells(result)``, or the error in red."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
         table.add_column(col)
-    for r in report["results"]:
+    for r in results:
         if "error" in r:
             table.add_row(r["target"], r["runtime"], f"[red]FAILED: {r['error']}[/]")
-            continue
-        table.add_row(
-            r["target"], r["runtime"], f"{r['p50_ms']:.2f}", f"{r['p90_ms']:.2f}",
-            f"{r['fps']:.1f}", f"{r['early_ms']:.2f}", f"{r['late_ms']:.2f}",
-            f"{r['late_vs_early']:.3f}", f"{r['rss_start_mb']:.0f}", f"{r['rss_end_mb']:.0f}",
-        )  # fmt: skip
-    console.print(table)
+        else:
+            table.add_row(r["target"], r["runtime"], *cells(r))
+    return table
 
 
 def plot_stream_report(report: Mapping[str, Any], path: str | Path) -> Path:
