@@ -1,7 +1,8 @@
 """More of Meta's video predictor against edgekit's stream (random weights, real-size frames):
 memory stride, bounded conditioning frames, and an object that leaves the frame and comes back.
 
-The models, the clip and the per-frame bars are test_sam2_parity_meta.py's (see its docstring).
+The models, the clip and the per-frame bars are tests/models/sam2_meta_helpers.py's (see its
+docstring); without Meta's ``sam2`` this module is skipped.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_sam2_parity_meta import (  # noqa: E402 - skips this module too without Meta's sam2
+from sam2_meta_helpers import (  # noqa: E402 - skips this module without Meta's sam2
     CORRECTIONS,
     H,
     W,
+    assert_parity,
     build_pair,
     cat_patch,
     frame_parity,
@@ -29,12 +31,6 @@ from test_sam2_parity_meta import (  # noqa: E402 - skips this module too withou
 
 from edgekit.segmentation import graphs as G  # noqa: E402
 from edgekit.segmentation import stream as stream_module  # noqa: E402
-
-
-def assert_parity(rows) -> None:
-    worst = sorted(rows, key=lambda r: -r[3])[:4]
-    assert passes(rows), f"(frame, object, IoU, max |logit diff|), worst first: {worst}"
-
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
