@@ -190,6 +190,16 @@ def resize_pil_bicubic(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     out = np.asarray(image)
     if out.dtype != np.uint8 or out.ndim != 3:
         raise InputError(f"resize_pil_bicubic needs (H, W, C) uint8, got {out.dtype} {out.shape}")
+    pillow = _pillow_13()
+    if pillow is not None and out.shape[2] == 3:  # the same arithmetic, 2-7x faster
+        return np.asarray(pillow.fromarray(out).resize((ow, oh), pillow.BICUBIC))
+    return resize_pil_bicubic_numpy(out, size)
+
+
+def resize_pil_bicubic_numpy(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """``resize_pil_bicubic`` in numpy only (what runs where Pillow 13 is not installed)."""
+    oh, ow = size
+    out = np.asarray(image)
     h, w = out.shape[:2]
     vertical_first = h - oh > 0 and h - oh > (w - ow) * 2
     for axis in (0, 1) if vertical_first else (1, 0):
@@ -197,6 +207,19 @@ def resize_pil_bicubic(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
         if out.shape[axis] != n_out:
             out = _pil_pass(out, n_out, axis)
     return out
+
+
+@cache
+def _pillow_13() -> Any:
+    """PIL.Image when Pillow 13 or newer is installed (its bicubic passes run in the order
+    ``resize_pil_bicubic`` reproduces), else None."""
+    try:
+        import PIL
+        from PIL import Image
+    except ImportError:
+        return None
+    major = int(PIL.__version__.split(".")[0])
+    return Image if major >= 13 else None
 
 
 def box_mean(x: np.ndarray, radius: int) -> np.ndarray:
