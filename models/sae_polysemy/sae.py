@@ -1,12 +1,13 @@
 """Sparse autoencoders: ReLU + L1, TopK and JumpReLU, one class each over a shared base.
 
-Every variant reads raw activations x (..., 384), scales them by ``input_scale`` (fixed from
-the training data so that E||x * s||^2 = 384, i.e. unit mean square per dimension), subtracts
+Every variant reads raw activations x (..., d), d the language model's width (384 for
+MiniLM), scales them by ``input_scale`` (fixed from the training data so that
+E||x * s||^2 = d, i.e. unit mean square per dimension), subtracts
 the decoder bias and encodes:
 
     pre = (x * s - b_dec) @ W_enc + b_enc                 (..., n_latents)
     f   = activation(pre)                                  (..., n_latents), >= 0
-    x_hat = f @ W_dec + b_dec                              (..., 384), in the scaled space
+    x_hat = f @ W_dec + b_dec                              (..., d), in the scaled space
 
 Decoder rows (one direction per latent) are kept at unit L2 norm: the trainer removes the
 gradient component parallel to each row before a step and renormalises after it, so the

@@ -1,8 +1,10 @@
 """Training recipe for the SAEs, cached under ``cache_dir("sae-polysemy", "sae")``.
 
-One ``SAEConfig`` names everything that determines an SAE's weights: the hook point, the
-variant and its sparsity knob, the size and the optimisation. The cache key is
-``recipe_key("sae-polysemy-sae", RECIPE_VERSION, ...)`` over the config and the activations'
+One ``SAEConfig`` names everything that determines an SAE's weights: the language model
+(``lm``: "" = MiniLM, else a local causal LM folder, lm.py), the hook point, the variant and
+its sparsity knob, the size and the optimisation. The SAE's width is the model's (384 for
+MiniLM). The cache key is ``recipe_key("sae-polysemy-sae", RECIPE_VERSION, ...)`` over the
+config (another LM by its fingerprint; MiniLM's keys name no model) and the activations'
 version; weights shipped in this package's ``weights/`` folder are loaded first.
 
 Recipe (the same for every variant): inputs scaled so that E||x||^2 = d; b_dec initialised at
@@ -28,8 +30,10 @@ import numpy as np
 import torch
 
 from edgekit.cache import cache_dir, recipe_key
+from edgekit.errors import InputError
 from edgekit.models.sae_polysemy import activations, corpus
-from edgekit.models.sae_polysemy.activations import ACTIVATION_VERSION, D_MODEL, HookPoint
+from edgekit.models.sae_polysemy.activations import ACTIVATION_VERSION, HookPoint
+from edgekit.models.sae_polysemy.lm import LanguageModel, language_model
 from edgekit.models.sae_polysemy.sae import SparseAutoencoder, make_sae, reconstruction_metrics
 from edgekit.weights_cache import load_or_train, load_weights, save_weights
 
@@ -47,7 +51,7 @@ class SAEConfig:
     variant: str = "topk"  # the card's default: fixed L0, fewest int8 decision flips
     layer: int = 5
     site: str = "resid"
-    expansion: int = 4  # latents = expansion * 384
+    expansion: int = 4  # latents = expansion * the model's width (384 for MiniLM)
     k: int = 32  # topk
     l1_coeff: float = 6e-3  # relu
     l0_coeff: float = 3e-3  # jumprelu
@@ -61,14 +65,25 @@ class SAEConfig:
     corpus_templated: int = 2400
     seed: int = 0
     threads: int = 1  # measured faster than 2 on a shared 2-core machine
+    lm: str = ""  # "" = all-MiniLM-L6-v2; else a local folder with a Hugging Face causal LM
+
+    @property
+    def language_model(self) -> LanguageModel:
+        """The model ``lm`` names (InputError for a folder that holds none)."""
+        return language_model(self.lm)
 
     @property
     def hook(self) -> HookPoint:
-        return HookPoint(self.layer, self.site)
+        return self.language_model.hook(self.layer, self.site)
+
+    @property
+    def d_model(self) -> int:
+        """Width of the activations (and of the SAE's input): the model's hidden size."""
+        return self.language_model.d_model
 
     @property
     def n_latents(self) -> int:
-        return self.expansion * D_MODEL
+        return self.expansion * self.d_model
 
     @property
     def sparsity_knob(self) -> str:
@@ -93,8 +108,11 @@ class SAEConfig:
 
     def key(self) -> str:
         """Cache key (16 hex): ``recipe_key`` over "sae-polysemy-sae", ``RECIPE_VERSION``, this
-        config and ``ACTIVATION_VERSION`` (the activations it is trained on)."""
+        config and ``ACTIVATION_VERSION`` (the activations it is trained on). ``lm`` enters as
+        the model's fingerprint, and not at all for MiniLM (its keys name no model)."""
         config = asdict(self) | {"activations": ACTIVATION_VERSION}
+        if config.pop("lm"):
+            config["lm"] = self.language_model.fingerprint
         return recipe_key("sae-polysemy-sae", RECIPE_VERSION, config)
 
 
@@ -111,8 +129,9 @@ class SAEResult:
 
     def build(self) -> SparseAutoencoder:
         """The SAE with these weights, in eval mode."""
+        config = self.config
         model = make_sae(
-            self.config.variant, D_MODEL, self.config.n_latents, **self.config.hyperparameters()
+            config.variant, config.d_model, config.n_latents, **config.hyperparameters()
         )
         model.load_state_dict(self.state_dict)
         return model.eval()
@@ -125,12 +144,13 @@ def weights_path(config: SAEConfig) -> Path:
 
 
 def load_activations(
-    hooks: list[HookPoint], corpus_templated: int = 2400
+    hooks: list[HookPoint], corpus_templated: int = 2400, lm: str = ""
 ) -> tuple[dict[HookPoint, np.ndarray], dict[HookPoint, np.ndarray]]:
-    """(train, held-out) corpus activations for ``hooks`` (cached; one MiniLM pass if not)."""
+    """(train, held-out) corpus activations for ``hooks`` of the model ``lm`` names (cached;
+    one pass of the model if not)."""
     sentences = corpus.build_corpus(corpus.CorpusConfig(templated=corpus_templated))
     train, heldout = corpus.split_corpus(sentences)
-    return activations.corpus_activations(hooks, train, heldout)
+    return activations.corpus_activations(hooks, train, heldout, lm)
 
 
 def _param_groups(model: SparseAutoencoder, config: SAEConfig) -> list[dict[str, Any]]:
@@ -205,17 +225,25 @@ def train_sae(
     heldout_x: np.ndarray,
     progress: Progress | None = None,
 ) -> SAEResult:
-    """Train one SAE from scratch on raw activations ``train_x`` (N, 384) float32 (no cache
-    involved); reconstruction metrics on ``heldout_x`` (M, 384)."""
+    """Train one SAE from scratch on raw activations ``train_x`` (N, d) float32 (no cache
+    involved; d is ``config.d_model``, 384 for MiniLM); reconstruction metrics on ``heldout_x``
+    (M, d)."""
+    d_model = config.d_model
+    for name, data in (("training", train_x), ("held-out", heldout_x)):
+        if np.ndim(data) != 2 or np.shape(data)[1] != d_model:
+            raise InputError(
+                f"{name} activations must be (N, {d_model}) for this config's model, "
+                f"got {np.shape(data)}"
+            )
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
     try:
         torch.manual_seed(config.seed)
         generator = torch.Generator().manual_seed(config.seed)
         x = torch.from_numpy(np.ascontiguousarray(train_x, dtype=np.float32))  # (N, d)
-        scale = math.sqrt(D_MODEL / float(x.pow(2).sum(dim=1).mean()))
+        scale = math.sqrt(d_model / float(x.pow(2).sum(dim=1).mean()))
         model = make_sae(
-            config.variant, D_MODEL, config.n_latents, input_scale=scale,
+            config.variant, d_model, config.n_latents, input_scale=scale,
             **config.hyperparameters(),
         )  # fmt: skip
         with torch.no_grad():
@@ -290,7 +318,7 @@ def load_cached(config: SAEConfig) -> SAEResult | None:
 
 def _train(config: SAEConfig, progress: Progress | None = None) -> SAEResult:
     """Train ``config`` on its cached activations."""
-    train_x, heldout_x = load_activations([config.hook], config.corpus_templated)
+    train_x, heldout_x = load_activations([config.hook], config.corpus_templated, config.lm)
     return train_sae(config, train_x[config.hook], heldout_x[config.hook], progress)
 
 
@@ -325,7 +353,7 @@ def train_suite(
 ) -> list[SAEResult]:
     """Train (or load) every config; a progress bar names each SAE.
 
-    Activations for all hook points are read (or computed, in one MiniLM pass) first. Missing
+    Activations for all hook points are read (or computed, in one pass per model) first. Missing
     SAEs are trained by ``workers`` single-threaded processes (each SAE's weights do not
     depend on which process trains it); a script calling this with workers > 1 needs the
     usual ``if __name__ == "__main__":`` guard (processes are spawned).
@@ -334,8 +362,11 @@ def train_suite(
 
     missing = [c for c in dict.fromkeys(configs) if load_cached(c) is None]
     if missing:
-        for templated in sorted({c.corpus_templated for c in missing}):
-            load_activations(sorted({c.hook for c in missing}), templated)
+        for lm, templated in sorted({(c.lm, c.corpus_templated) for c in missing}):
+            hooks = sorted(
+                {c.hook for c in missing if (c.lm, c.corpus_templated) == (lm, templated)}
+            )
+            load_activations(hooks, templated, lm)
         with step_progress("train SAEs", len(missing), show_progress) as step:
             if workers <= 1 or len(missing) == 1:
                 for config in missing:
