@@ -121,6 +121,8 @@ def eval_cmd(
         from edgekit.cli.cluster import eval_on_ray
 
         lens_ = lens or LensEvalOptions()
+        if lens_.first_seed:
+            raise InputError("--ray runs seeds 0 .. seeds-1; leave first_seed out with --ray")
         failed = eval_on_ray(
             model, bundle or [], runtime or [], ray, out or Path("out/lens"), lens_.seeds,
             list(lens_.env) or None, lens_.test_per_class, console(),
@@ -140,7 +142,7 @@ def eval_cmd(
         eval_lens(
             out or Path("out/lens"), lens.seeds, list(lens.env) or None, lens.test_per_class,
             progress=True, models=list(lens.classifier) or None, variant=lens.variant,
-            calib_per_class=lens.calib_per_class,
+            calib_per_class=lens.calib_per_class, first_seed=lens.first_seed,
         )  # fmt: skip
         return
     from edgekit.build.verify import reference_runners

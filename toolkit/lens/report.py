@@ -411,6 +411,7 @@ def eval_lens(
     models: list[str] | None = None,
     variant: str = "top1",
     calib_per_class: int = 2,
+    first_seed: int = 0,
 ) -> dict[str, Any]:
     """``edgekit eval lens``: run the benchmark on each scene set (default: both,
     "es-diverse" then "wide-range"; with ``environments``, the set holding them), print the
@@ -435,7 +436,7 @@ def eval_lens(
     reports = {}
     for scene_set in scene_sets:
         config = LensBenchConfig(
-            seeds=tuple(range(seeds)),
+            seeds=tuple(range(first_seed, first_seed + seeds)),
             environments=tuple(environments) if environments else None,
             scene_set=scene_set,
             test_per_class=test_per_class,
