@@ -22,9 +22,6 @@ a word's tokens from them.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from functools import cached_property, lru_cache
@@ -36,6 +33,14 @@ import torch
 from torch import nn
 
 from edgekit.errors import InputError
+from edgekit.models.hf_local import (
+    CAUSAL_LM,
+    folder_error,
+    folder_fingerprint,
+    load_fast_tokenizer,
+    load_model,
+    model_folder,
+)
 from edgekit.models.sae_polysemy.activations import D_MODEL, N_LAYERS, HookPoint, content_tokens
 
 Feeds = dict[str, np.ndarray]
@@ -50,7 +55,6 @@ ATTN_OUT = (  # per block, the attention output projection, first match wins
     "attention.dense",  # GPT-NeoX, Pythia
     "self_attention.dense",  # Bloom, Falcon
 )
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 
 
 class LanguageModel(ABC):
@@ -123,23 +127,7 @@ class MiniLM(LanguageModel):
         return content_tokens(feeds)
 
 
-def _invalid(lm: object, reason: str) -> InputError:
-    return InputError(
-        "sae-polysemy option lm: expected a local folder holding a Hugging Face causal LM "
-        f"(config.json, weights such as model.safetensors, a fast tokenizer's tokenizer.json), "
-        f"got {lm!r}: {reason}"
-    )
-
-
-def folder_fingerprint(folder: Path) -> str:
-    """16 hex over ``folder``'s resolved path and its files' names, sizes and modification
-    times: a rewritten or moved model gets new cache entries, reading it costs no hashing of
-    weights."""
-    files = sorted(
-        (p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()
-    )
-    blob = json.dumps({"path": str(folder.resolve()), "files": files})
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+OPTION = "sae-polysemy option lm"
 
 
 class CausalLM(LanguageModel):
@@ -147,22 +135,19 @@ class CausalLM(LanguageModel):
     tokenizer are loaded once, on first use."""
 
     def __init__(self, folder: str | Path) -> None:
-        self.folder = Path(folder).expanduser()
-        if not (self.folder / "config.json").is_file():
-            raise _invalid(str(folder), "no config.json there")
-        if not any(p.name.endswith(WEIGHT_SUFFIXES) for p in self.folder.iterdir()):
-            raise _invalid(str(folder), f"no weight file ({', '.join(WEIGHT_SUFFIXES)})")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from transformers import AutoConfig
 
-        try:
-            config = AutoConfig.from_pretrained(str(self.folder), local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise _invalid(str(folder), f"its config.json does not load ({exc})") from exc
+        self.folder = model_folder(folder, OPTION)
+        config = AutoConfig.from_pretrained(str(self.folder), local_files_only=True)
         layers = getattr(config, "num_hidden_layers", None)
         width = getattr(config, "hidden_size", None)
         if not isinstance(layers, int) or not isinstance(width, int):
-            raise _invalid(str(folder), "its config names no num_hidden_layers / hidden_size")
+            raise folder_error(
+                OPTION,
+                CAUSAL_LM,
+                str(folder),
+                "its config names no num_hidden_layers / hidden_size",
+            )
         self.config = config
         self.name = self.folder.name
         self.n_layers, self.d_model = layers, width
@@ -171,28 +156,12 @@ class CausalLM(LanguageModel):
     @cached_property
     def tokenizer(self) -> Any:
         """The folder's fast tokenizer (offsets are needed)."""
-        from transformers import AutoTokenizer
-
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(str(self.folder), local_files_only=True)
-        except (OSError, ValueError, KeyError) as exc:
-            raise _invalid(str(self.folder), f"its tokenizer does not load ({exc})") from exc
-        if not getattr(tokenizer, "is_fast", False):
-            raise _invalid(str(self.folder), "its tokenizer is not a fast one (no offsets)")
-        return tokenizer
+        return load_fast_tokenizer(self.folder, OPTION)
 
     @cached_property
     def model(self) -> nn.Module:
         """The network (``AutoModelForCausalLM``, float32, eval mode), loaded once."""
-        from transformers import AutoModelForCausalLM
-
-        try:
-            model = AutoModelForCausalLM.from_pretrained(
-                str(self.folder), local_files_only=True, dtype=torch.float32
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            raise _invalid(str(self.folder), f"it does not load as a causal LM ({exc})") from exc
-        return model.eval()
+        return load_model(self.folder, OPTION)
 
     def load(self) -> nn.Module:
         return self.model
@@ -289,8 +258,8 @@ def language_model(lm: object = "") -> LanguageModel:
     if lm == "" or lm is None:
         return MINILM
     if not isinstance(lm, str):
-        raise _invalid(lm, "not a path")
+        raise folder_error(OPTION, CAUSAL_LM, lm, "not a path")
     folder = Path(lm).expanduser()
     if not folder.is_dir():
-        raise _invalid(lm, "no such folder")
+        raise folder_error(OPTION, CAUSAL_LM, lm, "no such folder")
     return _causal(str(folder.resolve()))

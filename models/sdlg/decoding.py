@@ -1,21 +1,24 @@
 """Beam search and multinomial sampling over ``CausalLM``, with sequence log-probabilities.
 
-Generation starts after a prefix (``[CLS] question [SEP]``) and stops at EOS or after
+Generation starts after a prefix (``[CLS] question [SEP]``, or another LM's prompt) and stops
+at a stop token (``stop``: EOS, or the LM vocabulary's ``stop_ids``) or after
 ``max_new_tokens``. A Generation's ``log_prob`` is the sum of its tokens' log-probabilities,
-EOS included when it finished (NLL = -log_prob); beam scores are these sums (no length
-normalisation), so beam search stops as soon as the best finished beam scores at least the best
-live one (log-probabilities only decrease).
+the stop token included when it finished (NLL = -log_prob); beam scores are these sums (no
+length normalisation), so beam search stops as soon as the best finished beam scores at least
+the best live one (log-probabilities only decrease).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from edgekit.models.tinylm.causal import CausalLM
 from edgekit.models.tinylm.tokens import EOS_ID
+
+STOP = frozenset((EOS_ID,))  # the in-repo LM's [SEP]
 
 
 @dataclass
@@ -37,8 +40,10 @@ def beam_search(
     beams: int = 5,
     max_new_tokens: int = 8,
     keep_distributions: bool = False,
+    stop: Collection[int] = STOP,
 ) -> Generation:
-    """The highest-log-probability continuation of ``prefix`` found by beam search."""
+    """The highest-log-probability continuation of ``prefix`` found by beam search; a token
+    in ``stop`` ends a beam (it is scored, not kept)."""
     live = [Generation([], 0.0, [], False)]
     finished: list[Generation] = []
     budget = min(max_new_tokens, lm.max_len - len(prefix))
@@ -55,7 +60,7 @@ def beam_search(
             parent = live[row]
             dists = parent.distributions + [log_probs[row]] if keep_distributions else []
             lp = parent.token_log_probs + [float(log_probs[row, token])]
-            if token == EOS_ID:
+            if token in stop:
                 finished.append(Generation(parent.tokens, score, lp, True, dists))
             else:
                 next_live.append(Generation(parent.tokens + [token], score, lp, False, dists))
@@ -74,8 +79,10 @@ def sample(
     rng: np.random.Generator,
     max_new_tokens: int = 8,
     temperature: float = 1.0,
+    stop: Collection[int] = STOP,
 ) -> list[Generation]:
-    """``n`` multinomial samples, run together (one backend call per step for the live ones).
+    """``n`` multinomial samples, run together (one backend call per step for the live ones);
+    a token in ``stop`` ends a sample.
 
     ``log_prob`` is under the model (temperature 1), whatever ``temperature`` samples with.
     """
@@ -93,7 +100,7 @@ def sample(
             token = int(rng.choice(probs.shape[1], p=probs[row]))
             gen.log_prob += float(log_probs[row, token])
             gen.token_log_probs.append(float(log_probs[row, token]))
-            if token == EOS_ID:
+            if token in stop:
                 gen.finished = True
             else:
                 gen.tokens.append(token)

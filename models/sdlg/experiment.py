@@ -1,6 +1,6 @@
 """``edgekit eval sdlg``: SDLG's knobs chosen on the tuning facts (tuning.py, cached), then the
 full study on every evaluated fact (disjoint from the tuning ones, ``corpus.split_facts``), its
-tables, roc.png and report.json."""
+tables, roc.png and report.json; on the in-repo LM or on option lm's (local_lm.py)."""
 
 from __future__ import annotations
 
@@ -44,10 +44,17 @@ def plot_roc(records: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     plt.close(fig)
 
 
-def tuned(lm: Any, semantic: Any, facts: list, lm_key: str, show_progress: bool = True) -> dict:
+def tuned(
+    lm: Any,
+    semantic: Any,
+    facts: list,
+    lm_key: str,
+    show_progress: bool = True,
+    vocab: Any = None,
+) -> dict:
     """``tuning.tune_sdlg`` on the tuning ``facts``, cached under ``cache_dir("sdlg")`` by
     ``tuning.tuning_key`` (the LM's key, the grid, the facts, the threshold's key and the
-    tuning recipe's version)."""
+    tuning recipe's version); ``vocab`` is the LM's (default: the in-repo LM's)."""
     from edgekit.models.sdlg.tuning import tune_sdlg, tuning_key
     from edgekit.progress import step_progress
 
@@ -56,12 +63,16 @@ def tuned(lm: Any, semantic: Any, facts: list, lm_key: str, show_progress: bool 
     if path.exists():
         return json.loads(path.read_text())
     with step_progress("sdlg calibration", len(facts) * len(BEAMS), show_progress) as step:
-        tuning = tune_sdlg(lm, semantic, facts, SDLGConfig(), BEAMS, 10, step)
+        tuning = tune_sdlg(lm, semantic, facts, SDLGConfig(), BEAMS, 10, step, vocab)
     atomic_write_text(path, json.dumps(tuning, indent=1))
     return tuning
 
 
-def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: dict) -> None:
+def print_tables(
+    summary: dict[str, Any], calibration: dict[str, Any] | None, tuning: dict, equivalence: str
+) -> None:
+    """The study's tables; ``calibration`` is the cosine threshold's (None for an NLI model,
+    ``equivalence`` naming it)."""
     from rich.table import Table
 
     from edgekit.console import wide_console
@@ -142,17 +153,21 @@ def print_tables(summary: dict[str, Any], calibration: dict[str, Any], tuning: d
             *[f"{summary[f'tier_{t}']['substitutions'][kind]:.2f}" for t in present],
         )
     console.print(tiers)
+    judged = (
+        f"{equivalence}, no threshold"
+        if calibration is None
+        else f"MiniLM cosine threshold {calibration['threshold']:.3f} (balanced accuracy "
+        f"{calibration['balanced_accuracy']:.3f} on {calibration['pairs']} template pairs)"
+    )
     console.print(
-        f"MiniLM cosine threshold {calibration['threshold']:.3f} (balanced accuracy "
-        f"{calibration['balanced_accuracy']:.3f} on {calibration['pairs']} template pairs); "
-        f"SDLG alternatives per question {summary['sdlg_alternatives_mean']:.2f}"
+        f"{judged}; SDLG alternatives per question {summary['sdlg_alternatives_mean']:.2f}"
     )
 
 
 def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dict[str, Any]:
-    """Train/load the LM, choose SDLG's knobs on the tuning facts (tuning.py), run the study
-    on every evaluated fact (the rest of the corpus) through torch, print the tables, write
-    roc.png and report.json under ``out``; returns the report."""
+    """Train/load the LM (or load option lm's), choose SDLG's knobs on the tuning facts
+    (tuning.py), run the study on every evaluated fact (the rest of the corpus) through torch,
+    print the tables, write roc.png and report.json under ``out``; returns the report."""
     import torch
 
     from edgekit.models.sdlg.card import report_json
@@ -166,13 +181,25 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        config = card.lm_config()
-        model, train_log = train_cached(config)
-        semantic = card.semantic()
+        config, local = card.lm_config(), card.local_lm()
+        if local is None:
+            model, train_log = train_cached(config)
+            lm_facts = {"config": train_log.get("config"), "train": train_log}
+        else:
+            model = local.module
+            lm_facts = {
+                "folder": str(local.folder),
+                "fingerprint": local.fingerprint,
+                "prompt": local.vocab.prompt,
+                "stop": local.vocab.stop,
+                "max_len": local.max_len,
+                "vocab_size": local.vocab_size,
+            }
+        semantic, vocab = card.semantic(), card.vocabulary()
         tuning_facts, facts = split_facts(build_facts(config.people, config.seed))
-        lm = CausalLM(torch_backend(model), config.max_len)
+        lm = CausalLM(torch_backend(model), card.max_len())
         start = time.perf_counter()
-        tuning = tuned(lm, semantic, tuning_facts, config.key(), show_progress)
+        tuning = tuned(lm, semantic, tuning_facts, card.lm_key(), show_progress, vocab)
         with step_progress("sdlg study", len(facts), show_progress) as step:
             study = run_study(
                 lm,
@@ -182,12 +209,16 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
                 progress=step,
                 baseline_lengths=tuning["baseline_lengths"],
                 paraphrase=EVALUATION_PARAPHRASE,
+                vocab=vocab,
             )
         seconds = time.perf_counter() - start
     finally:
         torch.set_num_threads(threads)
     summary = study["summary"]
-    print_tables(summary, semantic.calibration, tuning)
+    calibration = getattr(semantic, "calibration", None)
+    nli = card.model_options().nli
+    equivalence = f"NLI model {nli}" if nli else "all-MiniLM-L6-v2 cosine"
+    print_tables(summary, calibration, tuning, equivalence)
     out.mkdir(parents=True, exist_ok=True)
     plot_roc(study["records"], summary, out / "roc.png")
     report = {
@@ -201,8 +232,8 @@ def run_experiment(card: SDLGCard, out: Path, show_progress: bool = True) -> dic
             "evaluated_facts": len(facts),
             "disjoint": not set(tuning_facts) & set(facts),
         },
-        "lm": {"config": train_log.get("config"), "train": train_log},
-        "equivalence": {"model": "all-MiniLM-L6-v2 cosine", **semantic.calibration},
+        "lm": lm_facts,
+        "equivalence": {"model": equivalence, **(calibration or {})},
         "study_seconds": seconds,
         "records": study["records"],
         "plots": ["roc.png"],

@@ -1,17 +1,21 @@
 """SDLG over the causal-LM interface: the initial answer, ranked substitutions, alternatives,
 clusters and the weighted semantic entropy; and the multinomial-sampling baselines.
 
-For a question q (``[CLS] q [SEP]`` prefix), following the paper's public code (ml-jku/SDLG):
+For a question q (the LM vocabulary's prompt, vocab.py: ``[CLS] q [SEP]`` for the in-repo LM),
+following the paper's public code (ml-jku/SDLG):
 
 1. y0 = beam search answer; P[t, :] the LM's next-token distribution at each answer position.
 2. Attribution of y0's words by the equivalence model (semantic.py).
-3. Candidates (t, v): t the first token of each word of y0 (a "##" piece is never replaced),
-   v any token with P[t, v] > ``token_prob`` other than the original token o and the special
-   tokens; EOS is a candidate after the first word (it truncates y0). Three scores per
-   candidate: the word's attribution, the substitution score (e.g. cos(E[o] - E[v], g_t)) and
-   the importance P[t, v]. Each is dense-ranked (0 = best, ties share a rank, the next value
-   gets the next rank) and candidates are ordered by the alpha-weighted mean rank. A one-word
-   answer is ranked by importance alone (no attribution is computed).
+3. Candidates (t, v): t the first token of each word of y0 (a "##" piece, or a BPE piece with
+   no space before it, is never replaced), v any token of the LM's vocabulary with
+   P[t, v] > ``token_prob`` other than the original token o and the special tokens; EOS (any
+   stop token) is a candidate after the first word (it truncates y0). Three scores per
+   candidate: the word's attribution, the substitution score (e.g. cos(E[o] - E[v], g_t), E
+   the equivalence model's embeddings at the LM's ids, mapped through text by
+   text_equivalence.py when the two vocabularies differ) and the importance P[t, v]. Each is
+   dense-ranked (0 = best, ties share a rank, the next value gets the next rank) and
+   candidates are ordered by the alpha-weighted mean rank. A one-word answer is ranked by
+   importance alone (no attribution is computed).
 4. In that order, prefix y0[:t] + v is completed by beam search (an EOS candidate needs no
    LM call) until ``alternatives`` distinct answers (different from y0 and each other) exist
    or candidates run out. An alternative's log-probability is log P(y0[:t]) + log P[t, v] +
@@ -29,7 +33,7 @@ it) and ``rows`` (SDLG's own).
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,17 +46,9 @@ from edgekit.models.sdlg.entropy import (
     sampling_semantic_entropy,
     sdlg_semantic_entropy,
 )
-from edgekit.models.sdlg.semantic import (
-    EquivalenceModel,
-    greedy_clusters,
-    text_ids,
-    word_groups,
-)
+from edgekit.models.sdlg.semantic import EquivalenceModel, greedy_clusters, text_ids
+from edgekit.models.sdlg.vocab import WORDPIECE, AnswerVocabulary
 from edgekit.models.tinylm.causal import CausalLM
-from edgekit.models.tinylm.tokens import CLS_ID, EOS_ID, SEP_ID, SPECIAL_IDS, decode, encode
-
-MAX_QUESTION_CHARS = 2000
-
 
 LENGTHS = ("sum", "mean")
 
@@ -127,29 +123,6 @@ class SDLGResult:
     extras: dict[str, Any] = field(default_factory=dict)
 
 
-def question_prefix(question: str, max_tokens: int) -> tuple[list[int], list[int], bool]:
-    """(prefix ids ``[CLS] q [SEP]``, question ids, truncated) for ``question``.
-
-    An empty question is an InputError; one over ``max_tokens`` WordPiece tokens keeps its
-    first ``max_tokens`` tokens, warns and reports ``truncated`` (the LM's position table
-    bounds question + answer)."""
-    if not isinstance(question, str) or not question.strip():
-        raise InputError("question must be a non-empty string")
-    if len(question) > MAX_QUESTION_CHARS:
-        raise InputError(f"question is {len(question)} characters, over {MAX_QUESTION_CHARS}")
-    ids = encode(question)
-    if not ids:
-        raise InputError(f"question {question!r} has no tokens")
-    truncated = len(ids) > max_tokens
-    if truncated:
-        warnings.warn(
-            f"question of {len(ids)} tokens cut to its first {max_tokens} (LM context)",
-            stacklevel=3,
-        )
-        ids = ids[:max_tokens]
-    return [CLS_ID, *ids, SEP_ID], ids, truncated
-
-
 def rank_candidates(candidates: list[Candidate], alphas: tuple[float, ...]) -> list[Candidate]:
     """Candidates ordered by the alpha-weighted mean of their three score ranks; ``rank`` is
     set on each. Ranks are dense, as in the paper's ``rank_tensor``: 0 = the highest score,
@@ -171,14 +144,27 @@ def rank_candidates(candidates: list[Candidate], alphas: tuple[float, ...]) -> l
 
 
 class SDLG:
-    """SDLG and the sampling baselines for one LM and one equivalence model."""
+    """SDLG and the sampling baselines for one LM, its vocabulary and one equivalence model.
+
+    ``vocab`` (vocab.py) is the LM's: the in-repo tiny LM's WordPiece ids by default, or a
+    ``TokenizerVocabulary`` for a causal LM with its own tokenizer. ``semantic`` reads the
+    texts its ``text(question ids, answer ids)`` builds (MiniLM ids ``[CLS] q a [SEP]`` for a
+    model without that method) and gives attributions and embeddings at the LM's ids."""
 
     def __init__(
-        self, lm: CausalLM, semantic: EquivalenceModel, config: SDLGConfig | None = None
+        self,
+        lm: CausalLM,
+        semantic: EquivalenceModel,
+        config: SDLGConfig | None = None,
+        vocab: AnswerVocabulary | None = None,
     ) -> None:
         self.lm, self.semantic = lm, semantic
         self.config = config or SDLGConfig()
-        self.max_question = lm.max_len - 2 - self.config.max_new_tokens
+        self.vocab = vocab or WORDPIECE
+        self._text: Callable[[Sequence[int], Sequence[int]], Hashable] = getattr(
+            semantic, "text", text_ids
+        )
+        self.max_question = lm.max_len - self.vocab.prompt_tokens - self.config.max_new_tokens
         if self.max_question < 1:
             raise InputError(f"LM context {lm.max_len} leaves no room for a question")
 
@@ -190,18 +176,24 @@ class SDLG:
         answer = initial.tokens
         if not answer:
             return []
-        groups = word_groups(answer)  # (T,) word index of each token
+        groups = self.vocab.word_groups(answer)  # (T,) word index of each token
         single_word = groups[-1] == 0
         attribution = None if single_word else self.semantic.attribution(question_ids, answer)
         embeddings = self.semantic.embedding_matrix
+        stop, special, size = self.vocab.stop_ids, self.vocab.special_ids, self.vocab.size
         out = []
         for t, original in enumerate(answer):
             if t > 0 and groups[t] == groups[t - 1]:
                 continue  # a "##" piece: only a word's first token is replaced
             probs = np.exp(initial.distributions[t])  # (V,)
             allowed = (v for v in np.nonzero(probs > self.config.token_prob)[0] if v != original)
-            tokens = np.array(
-                [v for v in allowed if v not in SPECIAL_IDS or (v == EOS_ID and groups[t] > 0)],
+            tokens = np.array(  # a stop token (EOS) only after the first word: a truncation
+                [
+                    v
+                    for v in allowed
+                    if v < size
+                    and ((v not in special and v not in stop) or (v in stop and groups[t] > 0))
+                ],
                 dtype=np.int64,
             )
             if tokens.size == 0:
@@ -223,9 +215,10 @@ class SDLG:
         alternative was found, for cost-vs-alternatives curves) and ``substitutions`` (the
         (position, token) each alternative came from)."""
         cfg = self.config
-        prefix, q_ids, truncated = question_prefix(question, self.max_question)
+        prefix, q_ids, truncated = self.vocab.prefix(question, self.max_question)
+        stop = self.vocab.stop_ids
         rows0, calls0 = self.lm.rows, self.lm.calls
-        initial = beam_search(self.lm, prefix, cfg.beams, cfg.max_new_tokens, True)
+        initial = beam_search(self.lm, prefix, cfg.beams, cfg.max_new_tokens, True, stop)
         initial_rows = self.lm.rows - rows0
         ranked = rank_candidates(self.candidates(q_ids, initial), cfg.alphas)
         prefix_lp = np.r_[0.0, np.cumsum(initial.token_log_probs)]  # log P(y0[:t])
@@ -238,14 +231,16 @@ class SDLG:
             if len(answers) - 1 >= cfg.alternatives:
                 break
             head = initial.tokens[: cand.position]
-            if cand.token == EOS_ID:  # y0 truncated before word t: no LM call
+            if cand.token in stop:  # y0 truncated before word t: no LM call
                 tokens, tail_lp, tail_len = tuple(head), 0.0, 0
             else:
                 head = head + [cand.token]
                 budget = cfg.max_new_tokens - len(head)
                 if budget <= 0:
                     continue
-                completion = beam_search(self.lm, prefix + head, cfg.completion_beams, budget)
+                completion = beam_search(
+                    self.lm, prefix + head, cfg.completion_beams, budget, stop=stop
+                )
                 tokens = tuple(head + completion.tokens)
                 tail_lp, tail_len = completion.log_prob, len(completion.token_log_probs)
             if tokens in answers or not tokens:
@@ -256,7 +251,7 @@ class SDLG:
             lengths.append(cand.position + 1 + tail_len)
             substitutions.append((cand.position, cand.token))
             rows_after.append(self.lm.rows - rows0 - initial_rows)
-        texts = [text_ids(q_ids, list(a)) for a in answers]
+        texts = [self._text(q_ids, list(a)) for a in answers]
         clusters = greedy_clusters(
             len(texts), lambda i, j: self.semantic.equivalent(texts[i], texts[j])
         )
@@ -268,10 +263,10 @@ class SDLG:
         }
         return SDLGResult(
             question=question,
-            answer=decode(initial.tokens),
+            answer=self.vocab.decode(initial.tokens),
             answer_ids=list(initial.tokens),
             entropy=entropies[cfg.length],
-            alternatives=[decode(a) for a in answers[1:]],
+            alternatives=[self.vocab.decode(a) for a in answers[1:]],
             log_probs=log_probs,
             weights=weights,
             clusters=clusters,
@@ -293,12 +288,14 @@ class SDLG:
         """``samples`` multinomial answers: their semantic entropy and predictive entropy, the
         LM rows they cost and the sampled texts."""
         cfg = self.config
-        prefix, q_ids, truncated = question_prefix(question, self.max_question)
+        prefix, q_ids, truncated = self.vocab.prefix(question, self.max_question)
         rows0 = self.lm.rows
         rng = np.random.default_rng(seed)
-        gens = sample(self.lm, prefix, cfg.samples, rng, cfg.max_new_tokens)
+        gens = sample(
+            self.lm, prefix, cfg.samples, rng, cfg.max_new_tokens, stop=self.vocab.stop_ids
+        )
         rows = self.lm.rows - rows0
-        texts = [text_ids(q_ids, g.tokens) for g in gens]
+        texts = [self._text(q_ids, g.tokens) for g in gens]
         clusters = greedy_clusters(
             len(texts), lambda i, j: self.semantic.equivalent(texts[i], texts[j])
         )
@@ -313,7 +310,7 @@ class SDLG:
             ),
             "predictive_entropy_length_normalised": predictive_entropy(per_token),
             "rows": rows,
-            "samples": [decode(g.tokens) for g in gens],
+            "samples": [self.vocab.decode(g.tokens) for g in gens],
             "clusters": clusters,
             "truncated": truncated,
         }

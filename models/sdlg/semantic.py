@@ -1,7 +1,9 @@
 """Equivalence models for SDLG: which answers mean the same, and which token changes matter.
 
-Both read token ids in MiniLM's WordPiece vocabulary (shared with the LM), a text being
-``[CLS] question answer [SEP]`` built from ids, so nothing is re-tokenised. Each offers
+Both read token ids in MiniLM's WordPiece vocabulary (shared with the in-repo LM), a text
+being ``[CLS] question answer [SEP]`` built from ids, so nothing is re-tokenised (an LM with
+another vocabulary reaches them, or an NLI model with its own tokenizer, through text:
+text_equivalence.py). Each offers
 
 - ``equivalent(a, b)``: do texts ``a`` and ``b`` (id lists) mean the same;
 - ``attribution(question_ids, answer_ids)``: an ``Attribution`` of the answer tokens;

@@ -31,9 +31,10 @@ from edgekit.models.sdlg.corpus import (
 )
 from edgekit.models.sdlg.entropy import auroc
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig
-from edgekit.models.sdlg.semantic import CosineEquivalence, text_ids, word_groups
+from edgekit.models.sdlg.semantic import CosineEquivalence, EquivalenceModel, text_ids
+from edgekit.models.sdlg.vocab import WORDPIECE, AnswerVocabulary
 from edgekit.models.tinylm.causal import CausalLM
-from edgekit.models.tinylm.tokens import EOS_ID, encode, token_strings
+from edgekit.models.tinylm.tokens import encode
 from edgekit.numeric import bootstrap_interval
 
 METHODS = {
@@ -50,15 +51,18 @@ VARIANTS = {
 SUBSTITUTION_KINDS = ("value", "question", "template", "truncation")
 
 
-def substitution_kind(answer: list[int], position: int, token: int, question: str) -> str:
-    """Which word of the answer a substitution replaced (``SUBSTITUTION_KINDS``)."""
-    if token == EOS_ID:
+def substitution_kind(
+    answer: list[int],
+    position: int,
+    token: int,
+    question: str,
+    vocab: AnswerVocabulary = WORDPIECE,
+) -> str:
+    """Which word of the answer (ids of ``vocab``) a substitution replaced
+    (``SUBSTITUTION_KINDS``)."""
+    if token in vocab.stop_ids:
         return "truncation"
-    groups = word_groups(answer)
-    pieces = token_strings(answer)
-    word = "".join(
-        p.removeprefix("##") for p, g in zip(pieces, groups, strict=True) if g == groups[position]
-    )
+    word = vocab.word(answer, position)
     if word in TEMPLATE_WORDS:
         return "template"
     return "question" if word in set(question.lower().replace("?", " ").split()) else "value"
@@ -114,17 +118,20 @@ def calibrate_threshold(semantic: CosineEquivalence, facts: Sequence[Fact]) -> d
 
 def run_study(
     lm: CausalLM,
-    semantic: CosineEquivalence,
+    semantic: EquivalenceModel,
     facts: Sequence[Fact],
     config: SDLGConfig | None = None,
     progress: Callable[[str], None] | None = None,
     baseline_lengths: Mapping[str, str] | None = None,
     paraphrase: int = 0,
+    vocab: AnswerVocabulary | None = None,
 ) -> dict[str, Any]:
     """Score every fact's question (wording ``paraphrase``) by the three methods; records +
     summary. SDLG's score uses ``config.length``; the baselines' ``baseline_lengths``
-    (method -> "sum" | "mean", default "sum")."""
-    sdlg = SDLG(lm, semantic, config)
+    (method -> "sum" | "mean", default "sum"); ``vocab`` is the LM's (default: the in-repo
+    LM's WordPiece)."""
+    vocab = vocab or WORDPIECE
+    sdlg = SDLG(lm, semantic, config, vocab)
     lengths = {"sampling_se": "sum", "predictive_entropy": "sum", **(baseline_lengths or {})}
     if any(v not in LENGTHS for v in lengths.values()):
         raise InputError(f"baseline_lengths values must be in {LENGTHS}, got {lengths}")
@@ -154,7 +161,7 @@ def run_study(
                 "alternatives": result.alternatives,
                 "weights": result.weights,
                 "substitutions": [
-                    substitution_kind(result.answer_ids, t, v, question)
+                    substitution_kind(result.answer_ids, t, v, question, vocab)
                     for t, v in result.extras["substitutions"]
                 ],
                 "sdlg_clusters": max(result.clusters) + 1,

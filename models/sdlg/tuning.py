@@ -33,6 +33,7 @@ from edgekit.models.sdlg.corpus import Fact, is_correct
 from edgekit.models.sdlg.entropy import auroc, sdlg_semantic_entropy
 from edgekit.models.sdlg.sdlg import LENGTHS, SDLG, SDLGConfig, SDLGResult
 from edgekit.models.sdlg.semantic import EquivalenceModel, threshold_key
+from edgekit.models.sdlg.vocab import AnswerVocabulary
 from edgekit.models.tinylm.causal import CausalLM
 
 CALIBRATION_PARAPHRASE = 1
@@ -71,9 +72,11 @@ def tune_sdlg(
     beams: Sequence[int] = (1, 2, 5),
     max_alternatives: int = 10,
     progress: Callable[[str], None] | None = None,
+    vocab: AnswerVocabulary | None = None,
 ) -> dict[str, Any]:
     """Choose ``completion_beams``, ``alternatives`` and ``length`` on the calibration
-    questions of ``facts``, the tuning facts (``corpus.split_facts``; module doc). Returns
+    questions of ``facts``, the tuning facts (``corpus.split_facts``; module doc), for an LM
+    with vocabulary ``vocab`` (default: the in-repo LM's WordPiece). Returns
     ``config`` (the chosen SDLGConfig as a dict), ``baseline_lengths`` (method -> "sum" |
     "mean"), the AUROC/rows ``table`` of every setting and the sampling baselines'
     calibration numbers."""
@@ -83,13 +86,16 @@ def tune_sdlg(
             f"need beam widths >= 1 and max_alternatives >= 1, got {beams}, {max_alternatives}"
         )
     questions = [f.question(CALIBRATION_PARAPHRASE) for f in facts]
-    sampler = SDLG(lm, semantic, base)
+    sampler = SDLG(lm, semantic, base, vocab)
     baseline = [sampler.sampling_baselines(q, seed=i) for i, q in enumerate(questions)]
     sampling_rows = float(np.mean([b["rows"] for b in baseline]))
     runs: dict[int, list[SDLGResult]] = {}
     for width in beams:
         sdlg = SDLG(
-            lm, semantic, replace(base, completion_beams=width, alternatives=max_alternatives)
+            lm,
+            semantic,
+            replace(base, completion_beams=width, alternatives=max_alternatives),
+            vocab,
         )
         runs[width] = []
         for q in questions:

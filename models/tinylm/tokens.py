@@ -33,6 +33,12 @@ def encode(text: str) -> list[int]:
     return list(_wordpiece().encode(text, add_special_tokens=False).ids)
 
 
+def encode_offsets(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """WordPiece ids of ``text`` (as ``encode``) and each one's character span in ``text``."""
+    encoding = _wordpiece().encode(text, add_special_tokens=False)
+    return list(encoding.ids), [tuple(span) for span in encoding.offsets]
+
+
 def decode(ids: Sequence[int]) -> str:
     """Text of WordPiece ``ids`` (special tokens dropped, "##" pieces joined)."""
     return str(_wordpiece().decode([int(i) for i in ids if int(i) not in SPECIAL_IDS]))

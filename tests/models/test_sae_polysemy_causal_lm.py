@@ -19,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from test_sae_polysemy import TINY as SAE_TINY  # noqa: E402
+from tiny_gpt2 import build_tiny_gpt2  # noqa: E402
 
 from edgekit.errors import InputError  # noqa: E402
 from edgekit.models.sae_polysemy import pseval  # noqa: E402
@@ -29,7 +30,6 @@ from edgekit.models.sae_polysemy.wic import all_contexts, load_wic  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 WIDTH, LAYERS = 64, 2
-BOS = "<|endoftext|>"
 TEXTS = ["The bank approved the loan.", "A heron waited on the muddy river bank all day long."]
 
 
@@ -37,28 +37,8 @@ TEXTS = ["The bank approved the loan.", "A heron waited on the muddy river bank 
 def tiny_gpt2(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A folder with a random GPT-2 (2 layers, width 64, 4 heads) and a GPT-2-style tokenizer
     (byte-level BPE, leading spaces marked, untrimmed offsets) trained on the WiC contexts."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
     folder = tmp_path_factory.mktemp("tiny-gpt2")
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=[BOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(all_contexts() + TEXTS, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=BOS, eos_token=BOS)
-    tokenizer.save_pretrained(folder)
-    bos = bpe.token_to_id(BOS)
-    config = GPT2Config(
-        n_layer=LAYERS, n_embd=WIDTH, n_head=4, n_positions=256,
-        vocab_size=bpe.get_vocab_size(), bos_token_id=bos, eos_token_id=bos,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    GPT2LMHeadModel(config).eval().save_pretrained(folder)
-    return str(folder)
+    return str(build_tiny_gpt2(folder, all_contexts() + TEXTS, WIDTH, LAYERS))
 
 
 def _real(feeds: dict[str, np.ndarray]) -> np.ndarray:
