@@ -131,7 +131,7 @@ def stream_edgekit(
     graphs: Mapping[str, Callable], config: Any, clip: np.ndarray
 ) -> tuple[list[float], np.ndarray]:
     """Track the box through ``clip`` with edgekit's stream: (seconds per frame, frame-size
-    logits (T, H, W), the low-res logits upsampled as the stream does)."""
+    logits (T, H, W): the low-res logits upsampled as the stream upsamples them)."""
     from edgekit.segmentation.arrays import resize_bilinear
     from edgekit.segmentation.stream import Prompt, SAM2Stream
 
