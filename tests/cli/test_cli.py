@@ -119,7 +119,7 @@ def test_bad_inputs_give_one_clear_error(tmp_path: Path) -> None:
     assert scenes.returncode == 2 and "options of `edgekit eval lens`" in scenes.stderr
     typo = edgekit("eval", "lens", "--option", "seed=3")
     assert typo.returncode == 2 and "unknown option(s) seed for `edgekit eval lens`" in typo.stderr
-    assert "calib_per_class, classifier, env, seeds" in typo.stderr
+    assert "calib_per_class, classifier, env, first_seed, seeds" in typo.stderr
     envs = edgekit("eval", "lens", "--option", "env=3")
     assert envs.returncode == 2 and "option env is 3; expected a name or a JSON list" in envs.stderr
     for out in (res, variant, other, calib, old, scenes, typo, envs):
