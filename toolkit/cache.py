@@ -38,12 +38,17 @@ def cache_dir(*parts: str) -> Path:
     return path
 
 
-def recipe_key(name: str, version: int, config: Any = None) -> str:
+def recipe_key(
+    name: str, version: int, config: Any = None, optional: Mapping[str, Any] | None = None
+) -> str:
     """Cache key (16 hex chars) of what a training recipe produces.
 
     ``name`` names the recipe (e.g. "photo-cnn"), ``version`` is the recipe's declared version (an
     int the recipe's module bumps when training changes) and ``config`` is a dataclass, a
     JSON-able mapping, a sequence or a string holding every setting that shapes the result.
+    ``optional`` maps config fields added after a version was released to their defaults: a
+    field holding its default is left out of the key (at every nesting depth), so recipes that
+    do not use it keep their keys and their cached and shipped weights.
     """
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ValueError(f"recipe version must be an int >= 1, got {version!r}")
@@ -51,8 +56,22 @@ def recipe_key(name: str, version: int, config: Any = None) -> str:
         config = dataclasses.asdict(config)
     elif isinstance(config, Mapping):
         config = dict(config)
+    if optional:
+        config = _without_defaults(config, optional)
     blob = json.dumps({"recipe": name, "version": version, "config": config}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _without_defaults(config: Any, optional: Mapping[str, Any]) -> Any:
+    """``config`` with the ``optional`` keys that hold their defaults removed, in nested dicts too."""
+    if isinstance(config, dict):
+        missing = object()
+        return {
+            k: _without_defaults(v, optional)
+            for k, v in config.items()
+            if optional.get(k, missing) != v
+        }
+    return config
 
 
 def find_weights(cached: Path, shipped_dir: Path | None) -> list[Path]:

@@ -36,6 +36,23 @@ def test_recipe_key_is_stable_and_covers_name_version_and_config() -> None:
     assert key not in others and len(others) == 4
 
 
+@dataclass(frozen=True)
+class _Grown(_Config):  # _Config with a field added after its version was released
+    mix: str = ""
+    init: _Config | None = None
+
+
+def test_an_optional_field_at_its_default_leaves_the_key_as_it_was() -> None:
+    optional = {"mix": ""}
+    first = {"lr": 1e-3, "steps": 10, "init": None}
+    old = recipe_key("photo-cnn", 1, {"lr": 1e-3, "steps": 10, "init": first})
+    assert recipe_key("photo-cnn", 1, _Grown(init=_Grown()), optional=optional) == old
+    assert recipe_key("photo-cnn", 1, _Grown(init=_Grown())) != old  # without it: a new key
+    assert recipe_key("photo-cnn", 1, _Grown(mix="a", init=_Grown()), optional=optional) != old
+    nested = recipe_key("photo-cnn", 1, _Grown(init=_Grown(mix="a")), optional=optional)
+    assert nested != old  # set in an earlier stage: changes the key too
+
+
 @pytest.mark.parametrize("version", [0, -1, True, "1", 1.0])
 def test_recipe_key_refuses_a_version_that_is_not_a_positive_int(version: object) -> None:
     with pytest.raises(ValueError, match="recipe version"):
