@@ -112,9 +112,20 @@ CUTOUT_RECIPE = replace(
     case_weights=(2.0, 2.0, 2.0, 2.0, 1.0),
     init=DEFAULT_RECIPE,
 )
+# Real objects without forgetting the synthetic cases (an option): the cutout stage with half of
+# its clips drawn from the synthetic training split (whose objects, occlusions and exits the
+# default recipe learned), at a lower learning rate, on clips no earlier stage drew.
+MIX_RECIPE = replace(
+    CUTOUT_RECIPE,
+    seed=12,
+    clip_offset=40_000,
+    lr=3e-4,
+    mix_split="train",
+    mix_share=0.5,
+)
 #: the card's ``recipe`` option: the last stage of each recipe (earlier stages via ``init``)
 RECIPES: dict[str, TrainConfig] = {
-    "default": DEFAULT_RECIPE, "wide": WIDE_RECIPE, "cutout": CUTOUT_RECIPE,
+    "default": DEFAULT_RECIPE, "wide": WIDE_RECIPE, "cutout": CUTOUT_RECIPE, "mix": MIX_RECIPE,
 }  # fmt: skip
 
 
@@ -185,11 +196,17 @@ class SAM2EdgeCard(StreamingSAM2Card):
                 "training clips, expected a number from 0 to 1"
             )
         training_splits = [s for s in clips.SPLIT_SEEDS if s != "heldout"]
-        if chosen.get("split", "train") not in training_splits:
+        for key, allowed in (("split", training_splits), ("mix_split", ["", *training_splits])):
+            if key in chosen and chosen[key] not in allowed:
+                raise InputError(
+                    f"{self.name}: option {key}={chosen[key]!r} names a training clips' split, "
+                    f"expected one of {', '.join(repr(a) for a in allowed)} (the held-out split "
+                    "is never trained on)"
+                )
+        if not 0.0 <= chosen.get("mix_share", 0.0) <= 1.0:
             raise InputError(
-                f"{self.name}: option split={chosen['split']!r} names the training clips' split, "
-                f"expected one of {', '.join(training_splits)} (the held-out split is never "
-                "trained on)"
+                f"{self.name}: option mix_share={chosen['mix_share']} is the share of training "
+                "clips drawn from mix_split, expected a number from 0 to 1"
             )
         return replace(stages[stage - 1], **chosen)
 

@@ -67,11 +67,17 @@ class TrainConfig:
     init: TrainConfig | None = None  # start from this recipe's weights (None: from scratch)
     recolour: float = 0.0  # share of training clips recoloured as a whole (see ``recolour``)
     split: str = "train"  # clips' split: "train" or "train-wide" (more photos, turned; clips.py)
+    mix_split: str = ""  # a second training split ("" = none) ...
+    mix_share: float = 0.0  # ... drawing this share of the clips (seeded per clip)
 
     def key(self) -> str:
         """Cache key (16 hex chars): recipe_key over "sam2-edge", RECIPE_VERSION and this config,
-        its architecture and ``init`` stages included."""
-        return recipe_key("sam2-edge", RECIPE_VERSION, self)
+        its architecture and ``init`` stages included (``KEY_OPTIONAL`` fields only when set)."""
+        return recipe_key("sam2-edge", RECIPE_VERSION, self, optional=KEY_OPTIONAL)
+
+
+#: fields that enter the cache key only when set away from their defaults
+KEY_OPTIONAL = {"mix_split": "", "mix_share": 0.0}
 
 
 @dataclass
@@ -115,6 +121,15 @@ def clip_case(config: TrainConfig, index: int) -> str | None:
     return clips.CASES[int(rng.choice(len(odds), p=odds / odds.sum()))]
 
 
+def clip_split(config: TrainConfig, index: int) -> str:
+    """The split training clip ``index`` is drawn from: ``mix_split`` with odds ``mix_share``
+    (seeded by (seed, index)), else ``split``."""
+    if not config.mix_split or config.mix_share <= 0.0:
+        return config.split
+    rng = np.random.default_rng([config.seed, index, 13])
+    return config.mix_split if rng.random() < config.mix_share else config.split
+
+
 def recolour(frames: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One random photometric change applied alike to every frame of a clip (T, H, W, 3) uint8:
     the colour channels shuffled, then with some odds inverted or made grey, then a random
@@ -146,7 +161,11 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
     for i in range(config.clips_per_step):
         case = clip_case(config, first + i)
         clip = clips.make_clip(
-            config.split, first + i, frames=length, size=config.arch.image_size, case=case
+            clip_split(config, first + i),
+            first + i,
+            frames=length,
+            size=config.arch.image_size,
+            case=case,
         )
         if length > config.frames:
             rng = np.random.default_rng([config.seed, first + i])

@@ -388,6 +388,25 @@ def test_wide_split_changes_the_training_clips_and_is_checked() -> None:
             SAM2EdgeCard(split=bad).train_config()
 
 
+def test_mix_split_draws_its_share_of_clips_and_is_checked() -> None:
+    """``mix_split``/``mix_share`` draw that share of the training clips from a second split
+    (seeded per clip); unset, the key and the clips are the single split's; bad values are
+    refused by the card."""
+    from edgekit.models.sam2_edge.card import RECIPES, SAM2EdgeCard
+    from edgekit.models.sam2_edge.train import clip_split
+
+    plain = _tiny_config(1)
+    mixed = replace(plain, split="train-cutout", mix_split="train", mix_share=0.5)
+    picks = [clip_split(mixed, i) for i in range(400)]
+    assert 0.4 < picks.count("train") / len(picks) < 0.6 and set(picks) == {"train", "train-cutout"}
+    assert {clip_split(replace(mixed, mix_share=0.0), i) for i in range(50)} == {"train-cutout"}
+    assert clip_split(plain, 3) == "train" and plain.key() != replace(plain, mix_share=0.5).key()
+    assert RECIPES["mix"].mix_split == "train" and RECIPES["mix"].split == "train-cutout"
+    for bad in ({"mix_split": "heldout"}, {"mix_share": 1.5}):
+        with pytest.raises(InputError, match="option mix_"):
+            SAM2EdgeCard(**bad).train_config()
+
+
 def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:
     """sam2-edge streams with SAM 2's predictor and refined output masks (chosen on calibration
     clips); card options turn on memory selection or refinement off; bundles record the choice."""
