@@ -104,6 +104,7 @@ class StreamingSAM2Card(ModelCard):
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
         self._golden: dict[str, Feeds] | None = None
+        self._calibration: dict[str, list[Feeds]] | None = None
 
     # ---- what a subclass gives ---------------------------------------------------------------
     @property
@@ -162,11 +163,13 @@ class StreamingSAM2Card(ModelCard):
         return self._golden
 
     def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
-        """Per graph, up to ``limit`` feeds recorded while tracking training clips."""
-        clips = C.clip_set("train", 6, frames=12, start=10_000)
-        store = record_feeds(self.torch_graphs(), clips, self.image_size)
+        """Per graph, up to ``limit`` feeds recorded while tracking training clips (one tracking
+        pass records every graph's feeds; an int8 export asks once per graph)."""
+        if self._calibration is None:
+            clips = C.clip_set("train", 6, frames=12, start=10_000)
+            self._calibration = record_feeds(self.torch_graphs(), clips, self.image_size)
         out = {}
-        for name, feeds in store.items():
+        for name, feeds in self._calibration.items():
             step = max(1, len(feeds) // limit)
             out[name] = feeds[::step][:limit]
         return out
