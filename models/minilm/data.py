@@ -33,20 +33,11 @@ def load_pairs(path: str | None = None) -> tuple[SentencePair, ...]:
     Raises ValueError naming the line for a malformed row (wrong column count, score outside
     [0, 5], label not 0/1, empty sentence).
     """
+    from edgekit.tsv import tsv_rows
+
     file = Path(path) if path else PAIRS_FILE
     pairs: list[SentencePair] = []
-    header_seen = False
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cols = line.split("\t")
-        if not header_seen:
-            if tuple(cols) != COLUMNS:
-                raise ValueError(f"{file}:{lineno}: header must be {COLUMNS}, got {cols}")
-            header_seen = True
-            continue
-        if len(cols) != len(COLUMNS):
-            raise ValueError(f"{file}:{lineno}: expected {len(COLUMNS)} columns, got {len(cols)}")
+    for lineno, _, cols in tsv_rows(file, [COLUMNS]):
         s1, s2, score_text, label_text = cols
         score, label = float(score_text), int(label_text)
         if not (s1.strip() and s2.strip()) or not 0.0 <= score <= 5.0 or label not in (0, 1):

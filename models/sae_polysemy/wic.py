@@ -54,18 +54,11 @@ def load_wic(path: str | None = None) -> tuple[WiCPair, ...]:
     Raises ValueError naming the line for a malformed row: wrong column count, a label that
     is not 0/1 or contradicts the two senses, or a context without the target word.
     """
+    from edgekit.tsv import tsv_rows
+
     file = Path(path) if path else WIC_FILE
     pairs: list[WiCPair] = []
-    header_seen = False
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cols = line.split("\t")
-        if not header_seen:
-            if tuple(cols) != COLUMNS:
-                raise ValueError(f"{file}:{lineno}: header must be {COLUMNS}, got {cols}")
-            header_seen = True
-            continue
+    for lineno, _, cols in tsv_rows(file, [COLUMNS]):
         pairs.append(_check_row(file, lineno, cols))
     return tuple(pairs)
 
