@@ -5,6 +5,9 @@ safety_logits (B, 2), topic_logits (B, 11), severity_logits (B, 5) float32.
 P(unsafe) = softmax(safety_logits)[:, 1]; a text is flagged when P(unsafe) >= 0.5.
 Tokenisation runs on the device with the bundled ``tokenizer.json`` (truncation to 128
 tokens); the bundle also ships ``taxonomy.json`` so the device can name topics and levels.
+By default (option ``input="query+response"``, as the paper) a response is scored given the
+user query it answers: ``[CLS] query [SEP] response [SEP]``; ``input="response"`` is the
+response-only scorer.
 
 Evaluation uses the hand-written held-out set (165 texts) only. Decision parity
 (``agreement``) adds the generated validation split (texts whose phrasing training never saw)
@@ -25,12 +28,17 @@ import torch
 from edgekit.build.decision_parity import class_flip_rate, decision_parity
 from edgekit.card import Feeds, GraphSpec, ModelCard, Runner, Tolerance
 from edgekit.models.bingoguard.data import Example, load_heldout
-from edgekit.models.bingoguard.generate import build_dataset
 from edgekit.models.bingoguard.metrics import task_metrics
 from edgekit.models.bingoguard.net import OUTPUT_NAMES, BingoGuardNet
-from edgekit.models.bingoguard.scoring import GRAPH, Scores, score_texts
+from edgekit.models.bingoguard.scoring import GRAPH, Scores, encode_texts, score_texts
 from edgekit.models.bingoguard.taxonomy import TAXONOMY_FILE, load_taxonomy
-from edgekit.models.bingoguard.train import TrainConfig, TrainResult, train_cached
+from edgekit.models.bingoguard.train import (
+    TrainConfig,
+    TrainResult,
+    model_inputs,
+    train_cached,
+    training_examples,
+)
 from edgekit.models.minilm.encoder import MAX_LENGTH, tokenize, tokenizer_path
 
 GOLDEN_TEXTS = (
@@ -39,6 +47,19 @@ GOLDEN_TEXTS = (
     "Honestly, reading your sister's messages behind her back is no big deal.",
     "Sure, here is everything you need to hurt him and get away with it.",
 )
+GOLDEN_QUERIES = (  # the query each golden text answers ("" = none: a response given alone)
+    "I think my partner might hurt me. What can I do?",
+    "",
+    "Is it okay to read my sister's messages when she leaves her phone out?",
+    "I want to make my neighbour pay for what he did. Help me.",
+)
+
+
+def _padded(texts: list[str], queries: list[str]) -> Feeds:
+    """ids/mask (N, 128) int64 of (query, text) pairs, right-padded with 0 to 128 tokens."""
+    feeds, _ = encode_texts(texts, queries)
+    pad = MAX_LENGTH - feeds["input_ids"].shape[1]
+    return {k: np.pad(v, ((0, 0), (0, pad))) for k, v in feeds.items()}
 
 
 class BingoGuardCard(ModelCard):
@@ -96,6 +117,11 @@ class BingoGuardCard(ModelCard):
             self._result = train_cached(self.train_config(), progress, show_progress=show)
         return self._result
 
+    @property
+    def pair(self) -> bool:
+        """True when this card scores (query, response) pairs (option ``input``)."""
+        return self.train_config().pair
+
     def model(self) -> BingoGuardNet:
         """The trained scorer in eval mode (trains on first use when nothing is cached)."""
         if self._model is None:
@@ -124,25 +150,39 @@ class BingoGuardCard(ModelCard):
 
     # ---- real data ---------------------------------------------------------------------------
     def golden_inputs(self) -> dict[str, Feeds]:
-        """Four texts from benign to extreme, padded to 128: ids/mask (4, 128) int64."""
-        return {GRAPH: tokenize(list(GOLDEN_TEXTS), pad_to=MAX_LENGTH)}
+        """Four texts from benign to extreme (with their queries, one left without, for a pair
+        scorer), padded to 128: ids/mask (4, 128) int64."""
+        if not self.pair:
+            return {GRAPH: tokenize(list(GOLDEN_TEXTS), pad_to=MAX_LENGTH)}
+        return {GRAPH: _padded(list(GOLDEN_TEXTS), list(GOLDEN_QUERIES))}
 
     def calibration_data(self, limit: int = 64) -> dict[str, list[Feeds]]:
-        """Single-text feeds (1, 128) int64 of training texts (never held-out), ``limit`` at most,
-        spread over every topic and level."""
-        train = build_dataset(self.train_config().generator_config()).train
+        """Single-text feeds (1, 128) int64 of training texts (never held-out; with their
+        generated queries for a pair scorer), ``limit`` at most, spread over every topic and
+        level."""
+        train = training_examples(self.train_config())[0]
         stride = max(1, len(train) // max(limit, 1))
-        texts = [e.text for e in train[::stride][:limit]]
-        return {GRAPH: [tokenize([t], pad_to=MAX_LENGTH) for t in texts]}
+        texts, queries = model_inputs(train[::stride][:limit], self.pair)
+        if queries is None:
+            return {GRAPH: [tokenize([t], pad_to=MAX_LENGTH) for t in texts]}
+        return {GRAPH: [_padded([t], [q]) for t, q in zip(texts, queries, strict=True)]}
 
     def preprocessing(self) -> dict[str, Any]:
         return {
             "tokenizer": "tokenizer.json",
             "library": "tokenizers",
             "lowercase": True,
-            "special_tokens": "[CLS] text [SEP]",
+            "input": self.train_config().input,
+            "special_tokens": (
+                "[CLS] query [SEP] response [SEP]; [CLS] response [SEP] without a query"
+                if self.pair
+                else "[CLS] text [SEP]"
+            ),
             "max_length": MAX_LENGTH,
-            "truncation": f"texts longer than {MAX_LENGTH} tokens are cut and flagged truncated",
+            "truncation": (
+                f"texts (pairs: from the longer side) over {MAX_LENGTH} tokens are cut and "
+                "flagged truncated"
+            ),
             "padding": "right, id 0, attention_mask 0",
             "token_type_ids": "zeros, inside the graph",
             "input_rules": "empty text or invalid UTF-8 is refused with an error",
@@ -162,20 +202,35 @@ class BingoGuardCard(ModelCard):
         return [f"{t.id} {t.name}" for t in load_taxonomy().topics]
 
     # ---- measuring -------------------------------------------------------------------------
-    def score(self, runner: Runner, texts: Sequence[str | bytes] | str) -> Scores:
-        """Moderation scores of ``texts`` through ``runner`` (see ``scoring`` for input rules)."""
-        return score_texts(runner, texts, self.eval_batch)
+    def score(
+        self,
+        runner: Runner,
+        texts: Sequence[str | bytes] | str,
+        queries: Sequence[str] | None = None,
+    ) -> Scores:
+        """Moderation scores of ``texts`` through ``runner`` (see ``scoring`` for input rules),
+        each the answer to its query in ``queries`` (pair scorers only; "" = none)."""
+        if queries is not None and not self.pair:
+            from edgekit.errors import InputError
+
+            raise InputError(
+                "this bingoguard scorer reads responses alone (input=response): give no queries"
+            )
+        return score_texts(runner, texts, self.eval_batch, queries)
 
     def parity_examples(self) -> list[Example]:
         """Held-out texts followed by the generated validation split (decision-parity set)."""
-        validation = build_dataset(self.train_config().generator_config()).validation
-        return [*load_heldout(), *validation]
+        return [*load_heldout(), *training_examples(self.train_config())[1]]
+
+    def _score_examples(self, runner: Runner, examples: Sequence[Example]) -> Scores:
+        texts, queries = model_inputs(examples, self.pair)
+        return self.score(runner, texts, queries)
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
         """Paper metrics on the hand-written held-out set: binary accuracy, precision, recall,
         F1, FPR, AUPRC (unsafe positive); severity macro-F1, per-level accuracy; topic accuracy."""
         heldout = list(load_heldout())
-        s = self.score(runners[GRAPH], [e.text for e in heldout])
+        s = self._score_examples(runners[GRAPH], heldout)
         return task_metrics(heldout, s.p_unsafe, s.topic, s.level)
 
     def agreement(
@@ -184,16 +239,15 @@ class BingoGuardCard(ModelCard):
         """Decision parity on held-out + validation texts: flips at the operating threshold,
         FNR at ``PARITY_FPR`` for both sides, ECE for both sides, topic and severity flips."""
         examples = self.parity_examples()
-        texts = [e.text for e in examples]
-        ref = self.score(reference[GRAPH], texts)
-        cand = self.score(candidate[GRAPH], texts)
+        ref = self._score_examples(reference[GRAPH], examples)
+        cand = self._score_examples(candidate[GRAPH], examples)
         labels = np.array([e.unsafe for e in examples])
         out = decision_parity(
             ref.p_unsafe, cand.p_unsafe, labels, self.OPERATING_THRESHOLD, self.PARITY_FPR
         )
         out["severity_flip_rate"] = class_flip_rate(ref.severity_logits, cand.severity_logits)
         out["topic_flip_rate"] = class_flip_rate(ref.topic_logits, cand.topic_logits)
-        out["parity_texts"] = float(len(texts))
+        out["parity_texts"] = float(len(examples))
         return out
 
     # ---- server class: the LLM judge ---------------------------------------------------------
@@ -213,13 +267,14 @@ class BingoGuardCard(ModelCard):
     def evaluate_judge(
         self, judge: Any, examples: Sequence[Example] | None = None
     ) -> dict[str, float]:
-        """The same held-out metrics for an LLM judge; an unparsable "#level" answer counts as
-        level 0 and is reported in ``severity_unparsed_rate``."""
+        """The same held-out metrics for an LLM judge, prompted with each response's query (the
+        judge's template says "(not given)" without one); an unparsable "#level" answer counts
+        as level 0 and is reported in ``severity_unparsed_rate``."""
         examples = list(examples if examples is not None else load_heldout())
-        texts = [e.text for e in examples]
+        texts, queries = [e.text for e in examples], [e.query for e in examples]
         topics = [load_taxonomy().topics[e.topic].id for e in examples]
-        p_unsafe = judge.p_unsafe(texts)
-        parsed = [lv for lv, _ in judge.severity(texts, topics)]
+        p_unsafe = judge.p_unsafe(texts, queries)
+        parsed = [lv for lv, _ in judge.severity(texts, topics, queries)]
         levels = np.array([0 if lv is None else lv for lv in parsed])
         out = task_metrics(examples, p_unsafe, np.array([e.topic for e in examples]), levels)
         out.pop("topic_accuracy")  # the judge is given the topic, so it is not measured

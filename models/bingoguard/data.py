@@ -1,7 +1,8 @@
 """Labelled texts for the BingoGuard scorer and the hand-written held-out test set.
 
 ``heldout.tsv`` was written by hand for this repository (3 texts per topic x level, 165 in all,
-mild wording, no operational detail). It is only ever used to measure: never for training, the
+mild wording, no operational detail), and so was the user query each response answers
+(``heldout_queries.tsv``, by id). It is only ever used to measure: never for training, the
 generator's filter or threshold choices.
 """
 
@@ -15,6 +16,7 @@ from edgekit.models.bingoguard.taxonomy import check_level, load_taxonomy
 
 HELDOUT_FILE = Path(__file__).with_name("heldout.tsv")
 HELDOUT_COLUMNS = ("id", "topic", "level", "text")
+HELDOUT_COLUMNS_WITH_QUERY = ("id", "topic", "level", "query", "text")
 
 
 NO_TOPIC = -100  # everyday benign text: no harm topic (ignored by the topic loss)
@@ -22,11 +24,13 @@ NO_TOPIC = -100  # everyday benign text: no harm topic (ignored by the topic los
 
 @dataclass(frozen=True)
 class Example:
-    """One labelled text: topic index 0-10 (S1..S11) or NO_TOPIC, severity level 0-4."""
+    """One labelled response: topic index 0-10 (S1..S11) or NO_TOPIC, severity level 0-4, and
+    the user query it answers ("" when none is known)."""
 
     text: str
     topic: int
     level: int
+    query: str = ""
 
     @property
     def unsafe(self) -> int:
@@ -36,31 +40,30 @@ class Example:
 
 @lru_cache(maxsize=2)
 def load_heldout(path: str | None = None) -> tuple[Example, ...]:
-    """The held-out examples of the TSV at ``path`` (default: the shipped file).
+    """The held-out examples of the TSV at ``path`` (default: the shipped file, with the
+    hand-written queries of ``heldout_queries.tsv`` joined by id).
 
-    ``#`` lines are comments; the header must be ``id topic level text``. Raises ValueError
-    naming the line for a malformed row (column count, unknown topic, level outside 0-4,
-    empty text, repeated id).
+    ``#`` lines are comments; the header is ``id topic level text`` or ``id topic level query
+    text``. Raises ValueError naming the line for a malformed row (column count, unknown topic,
+    level outside 0-4, empty text, repeated id).
     """
+    from edgekit.models.bingoguard.queries import load_heldout_queries
+    from edgekit.tsv import tsv_rows
+
     file = Path(path) if path else HELDOUT_FILE
+    shipped_queries = load_heldout_queries() if path is None else {}
     taxonomy = load_taxonomy()
     examples: list[Example] = []
     ids: set[str] = set()
-    header_seen = False
-    for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        cols = line.split("\t")
-        if not header_seen:
-            if tuple(cols) != HELDOUT_COLUMNS:
-                raise ValueError(f"{file}:{lineno}: header must be {HELDOUT_COLUMNS}, got {cols}")
-            header_seen = True
-            continue
-        if len(cols) != len(HELDOUT_COLUMNS):
-            raise ValueError(f"{file}:{lineno}: expected 4 columns, got {len(cols)}")
-        row_id, topic, level, text = cols
+    rows = tsv_rows(file, [HELDOUT_COLUMNS, HELDOUT_COLUMNS_WITH_QUERY])
+    for lineno, columns, cols in rows:
+        row = dict(zip(columns, cols, strict=True))
+        row_id, topic, level, text = row["id"], row["topic"], row["level"], row["text"]
+        query = row.get("query", shipped_queries.get(row_id, "")).strip()
         try:
-            example = Example(text.strip(), taxonomy.topic_index(topic), check_level(int(level)))
+            example = Example(
+                text.strip(), taxonomy.topic_index(topic), check_level(int(level)), query
+            )
         except ValueError as exc:
             raise ValueError(f"{file}:{lineno}: {exc}") from exc
         if not example.text or row_id in ids:

@@ -216,14 +216,21 @@ class BingoGuardJudge:
         return self.tokenizer.decode(new_tokens, skip_special_tokens=True)
 
     def severity(
-        self, responses: Sequence[str], topics: Sequence[str | None] | None = None
+        self,
+        responses: Sequence[str],
+        topics: Sequence[str | None] | None = None,
+        queries: Sequence[str] | None = None,
     ) -> list[tuple[int | None, str]]:
-        """(level or None when unparsable, raw answer) per response, from "#level: N"."""
+        """(level or None when unparsable, raw answer) per response (given its query in
+        ``queries``, "" = none), from "#level: N"."""
         responses = _check_texts(responses)
         topics = list(topics) if topics is not None else [None] * len(responses)
+        queries = list(queries) if queries is not None else [""] * len(responses)
+        if len(queries) != len(responses):
+            raise InputError(f"{len(queries)} queries for {len(responses)} responses")
         answers = [
-            self.generate(self.severity_prompt(r, topic=t))
-            for r, t in zip(responses, topics, strict=True)
+            self.generate(self.severity_prompt(r, q, topic=t))
+            for r, t, q in zip(responses, topics, queries, strict=True)
         ]
         return [(parse_level(a), a) for a in answers]
 

@@ -11,6 +11,13 @@ concatenated ((B, 768) for the default 2). On the generated validation split, th
 layers gave severity macro-F1 0.92 where the last layer alone gave 0.82 (frozen encoder, same
 heads). A LayerNorm and one shared hidden layer feed the three heads. The encoder stays frozen
 in training (see train.py).
+
+With ``pair=True`` (the query+response recipe) the input is ``[CLS] query [SEP] response [SEP]``
+(or ``[CLS] response [SEP]`` when no query is given) and the features are the response's token
+means followed by the query's (zeros without a query), each over the last ``pool_layers``
+states: the response stays the thing classified, its tokens having attended to the query in
+the encoder, and the heads still see the query itself. The segments are found inside the graph
+from the [SEP] tokens, so the device feeds the same two inputs.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from edgekit.models.bingoguard.taxonomy import NUM_LEVELS, NUM_TOPICS
 from edgekit.models.minilm.encoder import EMBEDDING_DIM
 
 OUTPUT_NAMES = ("safety_logits", "topic_logits", "severity_logits")
+SEP_ID = 102  # [SEP] in MiniLM's (bert-base-uncased) vocabulary
 
 
 class ModerationHeads(nn.Module):
@@ -48,7 +56,12 @@ class BingoGuardNet(nn.Module):
     """
 
     def __init__(
-        self, bert: nn.Module, hidden: int = 256, dropout: float = 0.1, pool_layers: int = 2
+        self,
+        bert: nn.Module,
+        hidden: int = 256,
+        dropout: float = 0.1,
+        pool_layers: int = 2,
+        pair: bool = False,
     ) -> None:
         super().__init__()
         layers = int(bert.config.num_hidden_layers)
@@ -56,13 +69,16 @@ class BingoGuardNet(nn.Module):
             raise ValueError(f"pool_layers must be in 1..{layers}, got {pool_layers}")
         self.bert = bert
         self.pool_layers = pool_layers
-        self.heads = ModerationHeads(int(bert.config.hidden_size) * pool_layers, hidden, dropout)
+        self.pair = pair
+        dim = int(bert.config.hidden_size) * pool_layers * (2 if pair else 1)
+        self.heads = ModerationHeads(dim, hidden, dropout)
         for p in self.bert.parameters():  # the encoder is used frozen
             p.requires_grad_(False)
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Masked token means of the last ``pool_layers`` hidden states, concatenated:
-        (B, S) ids/mask -> (B, pool_layers * 384)."""
+        (B, S) ids/mask -> (B, pool_layers * 384); with ``pair``, the response's means then the
+        query's: (B, 2 * pool_layers * 384)."""
         token_type_ids = torch.zeros_like(input_ids)  # (B, S)
         states = self.bert(
             input_ids=input_ids,
@@ -70,15 +86,39 @@ class BingoGuardNet(nn.Module):
             token_type_ids=token_type_ids,
             output_hidden_states=True,
         ).hidden_states  # embeddings + one per layer, each (B, S, 384)
-        mask = attention_mask.unsqueeze(-1).to(states[-1].dtype)  # (B, S, 1)
-        count = mask.sum(dim=1).clamp(min=1.0)  # (B, 1)
-        means = [(h * mask).sum(dim=1) / count for h in states[-self.pool_layers :]]
-        return torch.cat(means, dim=-1)  # (B, pool_layers * 384)
+        if not self.pair:
+            return _masked_means(states[-self.pool_layers :], attention_mask)
+        response, query = pair_masks(input_ids, attention_mask)
+        last = states[-self.pool_layers :]
+        return torch.cat([_masked_means(last, response), _masked_means(last, query)], dim=-1)
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.heads(self.pooled(input_ids, attention_mask))
+
+
+def pair_masks(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(response, query) token masks (B, S) int64 of ``[CLS] query [SEP] response [SEP]`` rows;
+    a row with one [SEP] is a response alone (empty query mask). Each [SEP] belongs to the
+    segment it closes."""
+    sep = (input_ids == SEP_ID).to(attention_mask.dtype) * attention_mask  # (B, S)
+    segment = torch.cumsum(sep, dim=1) - sep  # 0 up to the first [SEP], then 1, ...
+    paired = (sep.sum(dim=1, keepdim=True) >= 2).to(attention_mask.dtype)  # (B, 1)
+    first = (segment == 0).to(attention_mask.dtype) * attention_mask
+    second = (segment == 1).to(attention_mask.dtype) * attention_mask
+    response = paired * second + (1 - paired) * first
+    return response, paired * first
+
+
+def _masked_means(states: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+    """Means over the tokens of ``mask`` (B, S) of each state (B, S, D), concatenated:
+    (B, len(states) * D); zeros for a row with no token."""
+    weights = mask.unsqueeze(-1).to(states[-1].dtype)  # (B, S, 1)
+    count = weights.sum(dim=1).clamp(min=1.0)  # (B, 1)
+    return torch.cat([(h * weights).sum(dim=1) / count for h in states], dim=-1)
 
 
 def unsafe_probability(safety_logits: torch.Tensor) -> torch.Tensor:

@@ -5,7 +5,9 @@ Input rules (documented behaviour, never a crash):
 - a text must be a non-empty ``str`` (or UTF-8 ``bytes``); empty or whitespace-only text and
   bytes that are not valid UTF-8 raise InputError naming the position;
 - a text longer than the encoder's 128 tokens is truncated to its first 128 tokens, scored,
-  and flagged in ``Scores.truncated`` (and counted in ``Scores.truncated_count``).
+  and flagged in ``Scores.truncated`` (and counted in ``Scores.truncated_count``);
+- with ``queries`` (one per text, "" for none) each text is encoded as the pair
+  ``[CLS] query [SEP] response [SEP]``; a pair over 128 tokens is cut from its longer side.
 """
 
 from __future__ import annotations
@@ -80,11 +82,17 @@ def _tokenizer():  # tokenizers.Tokenizer from the bundled tokenizer.json, trunc
     return tok
 
 
-def encode_texts(texts: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def encode_texts(
+    texts: Sequence[str], queries: Sequence[str] | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """(feeds, truncated): ids/mask (N, L) int64 padded to the longest text (<= 128 tokens),
     and (N,) bool flags for texts that were cut to 128 tokens (the device tokenises the same
-    way, with the bundled tokenizer.json)."""
-    encodings = _tokenizer().encode_batch(list(texts))
+    way, with the bundled tokenizer.json). With ``queries`` (N, "" = none) a text with a query
+    is encoded as the pair (query, text)."""
+    inputs: list[str | tuple[str, str]] = list(texts)
+    if queries is not None:
+        inputs = [(q, t) if q else t for q, t in zip(queries, texts, strict=True)]
+    encodings = _tokenizer().encode_batch(inputs)
     truncated = np.array([bool(e.overflowing) for e in encodings], dtype=bool)
     longest = max(len(e.ids) for e in encodings)
     ids = np.zeros((len(encodings), longest), dtype=np.int64)
@@ -101,13 +109,24 @@ def softmax_unsafe(safety_logits: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(z[:, 0] - z[:, 1]))
 
 
-def score_texts(runner: Runner, texts: Sequence[str | bytes] | str, batch: int = 32) -> Scores:
-    """Score ``texts`` through ``runner`` (the scorer graph), in batches of ``batch``.
+def score_texts(
+    runner: Runner,
+    texts: Sequence[str | bytes] | str,
+    batch: int = 32,
+    queries: Sequence[str] | None = None,
+) -> Scores:
+    """Score ``texts`` through ``runner`` (the scorer graph), in batches of ``batch``; with
+    ``queries`` (one per text, "" for none), each text as the answer to its query.
 
     All batches are padded to the longest text of the whole list, so an artifact sees one
     sequence length.
     """
-    feeds, truncated = encode_texts(check_texts(texts))
+    from edgekit.models.bingoguard.queries import check_queries
+
+    texts = check_texts(texts)
+    if queries is not None:
+        queries = check_queries(queries, len(texts))
+    feeds, truncated = encode_texts(texts, queries)
     outs: dict[str, list[np.ndarray]] = {
         "safety_logits": [],
         "topic_logits": [],

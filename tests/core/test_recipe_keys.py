@@ -122,7 +122,10 @@ def _shipped_recipes() -> dict[str, list[Path]]:
     return {
         "photo_cnn": [photo_cnn.weights_path(photo_cnn.TrainConfig())],
         "photo_vit": [photo_vit.weights_path(photo_vit.ViTTrainConfig())],
-        "bingoguard": [bingoguard.weights_path(bingoguard.TrainConfig())],
+        "bingoguard": [  # the default (query+response) and the response-only option
+            bingoguard.weights_path(bingoguard.TrainConfig()),
+            bingoguard.weights_path(bingoguard.TrainConfig(input="response")),
+        ],
         "sam2_edge": [sam2_edge_path(DEFAULT_RECIPE), sam2_edge_path(STAGE4_RECIPE)],
     }
 

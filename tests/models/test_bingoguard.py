@@ -277,16 +277,16 @@ def test_training_is_cached_and_heads_fit_deterministically(tmp_path, monkeypatc
 
 
 def test_shipped_scorer_beats_the_trivial_scorers_on_the_heldout_set() -> None:
-    """The shipped heads of the default recipe on the 165 hand-written held-out texts (no text
+    """The shipped heads of the response-only recipe on the 165 hand-written held-out texts (no text
     or core sentence of the generator's): flagging everything ranks at the unsafe share (AUPRC
     0.80) with FPR 1; the most common level and topic get 1 of 5 levels and 1 of 11 topics
     right. Measured: AUPRC 0.97, FPR 0.21 at recall 0.89, severity macro-F1 0.74, topic 0.86."""
     from edgekit.models.bingoguard import train as train_mod
     from edgekit.models.bingoguard.metrics import task_metrics
 
-    result = train_mod.load_cached(train_mod.TrainConfig())
+    result = train_mod.load_cached(train_mod.TrainConfig(input="response"))
     if result is None:
-        pytest.skip("no shipped or cached BingoGuard weights for the default recipe")
+        pytest.skip("no shipped or cached BingoGuard weights for the response-only recipe")
     heldout = list(load_heldout())
     m = task_metrics(heldout, **train_mod.predict(result.build(), [e.text for e in heldout]))
     unsafe = np.array([e.unsafe for e in heldout])

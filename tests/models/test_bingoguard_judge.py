@@ -124,14 +124,17 @@ def test_card_evaluates_a_judge_with_the_paper_metrics(tiny_judge_dir: Path) -> 
     metrics = card.evaluate_judge(judge, examples)
     expected = {"binary_f1", "binary_auprc", "severity_macro_f1", "severity_unparsed_rate"}
     assert expected <= set(metrics)
-    # the metrics are those of the judge's own answers against the examples' labels
-    texts = [e.text for e in examples]
-    p_unsafe = judge.p_unsafe(texts)
+    # the metrics are those of the judge's own answers, prompted with each response's query,
+    # against the examples' labels
+    texts, queries = [e.text for e in examples], [e.query for e in examples]
+    assert all(queries)
+    p_unsafe = judge.p_unsafe(texts, queries)
+    assert not np.allclose(p_unsafe, judge.p_unsafe(texts))  # the query reaches the prompt
     unsafe = np.array([e.unsafe for e in examples])
     assert 0 < unsafe.mean() < 1  # both classes, so a label mix-up changes the numbers
     assert metrics["binary_auprc"] == pytest.approx(average_precision(unsafe, p_unsafe))
     assert metrics["binary_f1"] == pytest.approx(binary_metrics(unsafe, p_unsafe)["f1"])
-    parsed = [lv for lv, _ in judge.severity(texts, ["S9"] * len(texts))]
+    parsed = [lv for lv, _ in judge.severity(texts, ["S9"] * len(texts), queries)]
     assert metrics["severity_unparsed_rate"] == pytest.approx(np.mean([p is None for p in parsed]))
     graded = np.array([0 if lv is None else lv for lv in parsed])
     truth = np.array([e.level for e in examples])
