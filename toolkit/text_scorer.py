@@ -7,7 +7,9 @@ length; ``task`` picks the post-processing:
 - ``sentence-embedding`` (MiniLM): embeddings, and the cosine similarity of text pairs;
 - ``moderation-severity`` (BingoGuard): P(unsafe) from ``safety_logits``, the decision at the
   bundle's operating threshold, the topic (argmax of ``topic_logits``, named by ``labels``) and
-  the severity level 0-4 (argmax of ``severity_logits``) with its probabilities;
+  the severity level 0-4 (argmax of ``severity_logits``) with its probabilities; a bundle whose
+  preprocessing says ``"input": "query+response"`` also scores ``pairs`` [query, response]
+  (each response given the user query it answers; "" for none);
 - any other task: every ``*logits`` output becomes softmax probabilities and an argmax (named
   by the manifest's ``labels`` for ``logits``); other outputs are passed through as lists.
 
@@ -56,9 +58,10 @@ class TextScorer:
         self.session = bundle.session(runtime=runtime, device=device, threads=threads)
         self.input_names = [s.name for s in self.session.io()[0]]
 
-    def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+    def tokenize(self, texts: Sequence[str | tuple[str, str]]) -> dict[str, np.ndarray]:
         """{"input_ids", "attention_mask"} (B, L) int64, right-padded with 0 to the longest;
-        ``self.truncated`` records which texts were cut to the maximum length."""
+        a (first, second) tuple is encoded as a pair; ``self.truncated`` records which inputs
+        were cut to the maximum length."""
         encodings = self.tokenizer.encode_batch(list(texts))
         self.truncated = [bool(e.overflowing) for e in encodings]
         length = max(len(e.ids) for e in encodings)
@@ -79,6 +82,8 @@ class TextScorer:
     ) -> dict[str, Any]:
         """JSON-able scores. ``texts``: one result per text; ``pairs`` ([a, b], ...): the cosine
         similarity of each pair (embedding models only)."""
+        if pairs is not None and self.task == "moderation-severity":
+            return self._moderate_pairs(pairs)
         if pairs is not None:
             if self.task != "sentence-embedding":
                 raise InputError(f"pairs need a sentence-embedding bundle, not task '{self.task}'")
@@ -100,6 +105,21 @@ class TextScorer:
             emb = self._embeddings(check_texts(texts))
             return {"model": self.bundle.model, "embeddings": emb.round(6).tolist()}
         outputs = self.run(texts)
+        out = {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
+        return {**out, "truncated": self.truncated}
+
+    def _moderate_pairs(self, pairs: Sequence[Sequence[str]]) -> dict[str, Any]:
+        """Moderation of [query, response] pairs: each response given its query ("" = none)."""
+        pre = self.bundle.manifest.get("preprocessing") or {}
+        if pre.get("input") != "query+response":
+            raise InputError(
+                f"bundle {self.bundle.model} scores responses alone (its preprocessing input is "
+                f"{pre.get('input', 'response')!r}): send 'texts', or export the query+response "
+                "scorer"
+            )
+        checked = check_pairs(pairs, allow_empty_first=True)
+        inputs = [(q, r) if q else r for q, r in checked]
+        outputs = self.session.run(self.tokenize(inputs))
         out = {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
         return {**out, "truncated": self.truncated}
 
@@ -165,8 +185,9 @@ def check_texts(texts: Any) -> list[str]:
     return list(texts)
 
 
-def check_pairs(pairs: Any) -> list[list[str]]:
-    """``pairs`` as a non-empty list of [text, text] within the size limits, else InputError."""
+def check_pairs(pairs: Any, allow_empty_first: bool = False) -> list[list[str]]:
+    """``pairs`` as a non-empty list of [text, text] within the size limits, else InputError.
+    With ``allow_empty_first`` a pair's first text may be "" (a moderation query not given)."""
     if not isinstance(pairs, (list, tuple)) or not pairs:
         raise InputError("pairs must be a non-empty list of [text, text]")
     if len(pairs) > MAX_TEXTS // 2:
@@ -174,5 +195,14 @@ def check_pairs(pairs: Any) -> list[list[str]]:
     for i, p in enumerate(pairs):
         if not isinstance(p, (list, tuple)) or len(p) != 2:
             raise InputError(f"pairs[{i}] must be [text, text]")
+    if allow_empty_first:
+        for i, p in enumerate(pairs):
+            if p[0] == "":
+                continue
+            try:
+                check_texts([p[0]])
+            except InputError as exc:
+                raise InputError(f"pairs[{i}][0] (the query, '' for none): {exc}") from None
+        return [[p[0], t] for p, t in zip(pairs, check_texts([p[1] for p in pairs]), strict=True)]
     flat = check_texts([t for p in pairs for t in p])
     return [flat[i : i + 2] for i in range(0, len(flat), 2)]

@@ -231,6 +231,15 @@ def test_score_moderation_bundle(daemon):
     with daemon.client() as client:
         client.deploy(guard.path, "bingoguard")
         out = client.score("bingoguard", texts=texts)
+        # the query+response scorer: [query, response] pairs; "" = the response alone
+        # (one text per request: dynamic int8 scales depend on the batch's padding)
+        asked = client.score("bingoguard", pairs=[["What is the capital of France?", texts[0]]])
+        empty = client.score("bingoguard", pairs=[["", texts[0]]])
+        alone = client.score("bingoguard", texts=texts[:1])
+        with pytest.raises(DaemonError, match=r"pairs\[0\]"):
+            client.score("bingoguard", pairs=[["a question"]])
+    assert empty["p_unsafe"] == pytest.approx(alone["p_unsafe"], abs=1e-6)
+    assert asked["unsafe"] == [False] and len(asked["severity"]) == 1
     assert set(out) >= {"p_unsafe", "unsafe", "topic", "severity", "severity_probs", "truncated"}
     assert out["p_unsafe"][0] < out["threshold"] and out["unsafe"][0] is False
     assert out["truncated"] == [False, True]

@@ -183,11 +183,13 @@ class ServedBundle:
                 f"({', '.join(s.describe() for s in graph.inputs)})"
             )
         if body.get("pairs") is not None:
-            if self.scorer.task != "sentence-embedding":
+            if self.scorer.task not in ("sentence-embedding", "moderation-severity"):
                 raise InputError(
-                    f"pairs need a sentence-embedding bundle, not task '{self.scorer.task}'"
+                    "pairs need a sentence-embedding or a query+response moderation bundle, "
+                    f"not task '{self.scorer.task}'"
                 )
-            return ("pairs",), check_pairs(body["pairs"])
+            moderation = self.scorer.task == "moderation-severity"
+            return ("pairs",), check_pairs(body["pairs"], allow_empty_first=moderation)
         if body.get("texts") is None:
             raise InputError("give 'texts' (a list of strings) or 'pairs' ([[a, b], ...])")
         return ("texts",), check_texts(body["texts"])

@@ -172,7 +172,7 @@ def score_request(body: Mapping[str, Any]) -> tuple[str, list[str] | None, list[
         raise InputError(f"{usage}: give exactly one of 'texts' and 'pairs'")
     if texts is not None:
         return name, check_texts(texts), None
-    return name, None, check_pairs(pairs)
+    return name, None, check_pairs(pairs, allow_empty_first=True)  # re-checked per task
 
 
 # ---- POST /bench --------------------------------------------------------------------------
