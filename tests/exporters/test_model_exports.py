@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from edgekit.build.pipeline import build_bundle
-from edgekit.build.verify import verify_bundle
+from edgekit.bundle.format import Bundle
 from edgekit.bundle.selftest import selftest
 from edgekit.exporters import ExportOptions, Target
 from edgekit.registry import get_card, names
@@ -119,13 +119,17 @@ def test_export_verify_selftest(model: str, target: str, tmp_path: Path) -> None
     assert bundle.manifest["report"]["passed"] is True
     assert selftest(str(bundle.path)).passed
     if target.endswith("int8") and model != "sam2-edge":
-        # int8 is accepted only inside the budget, measured again on the bundle as loaded from
-        # disk (manifest options included). sam2-edge is not re-verified here: its verification
-        # streams 8 clips four times (~70 s), the build verified sessions opened on the written
-        # graph files, and the self-test above checks the loaded bundle against its goldens.
-        reloaded = verify_bundle(str(bundle.path), card=card)
-        assert reloaded.passed
-        assert reloaded.task["candidate"][card.primary_metric] > 0
+        # int8 is accepted only inside the budget: the task metrics measured again on the
+        # bundle as loaded from disk are the ones the build verified, and within the budget.
+        # sam2-edge is not measured again here (8 clips streamed, ~40 s): the build verified
+        # sessions opened on the written graph files, and the self-test above checks the
+        # loaded bundle against its goldens.
+        again = card.evaluate(Bundle.load(bundle.path).sessions())
+        assert again == pytest.approx(report.task["candidate"], rel=1e-6, abs=1e-9)
+        primary = card.primary_metric
+        ref, got = report.task["reference"][primary], again[primary]
+        drop = (ref - got) if card.higher_is_better else (got - ref)
+        assert got > 0 and drop / abs(ref) <= report.budget, (ref, got, report.budget)
     if model == "sam2-edge" and target.endswith("int8"):
         _assert_prompt_encoder_float(bundle.path)
 
