@@ -149,6 +149,13 @@ class ModelCard:
         """Task metrics of a model whose graphs run through ``runners`` (graph name -> runner)."""
         return {}
 
+    def item_scores(self, runners: Mapping[str, Runner]) -> dict[str, np.ndarray]:
+        """Per-item scores on the card's evaluation items: metric name -> (N,) float array
+        whose mean is that metric (e.g. 1.0 where a prediction is right), the same N items in
+        the same order on every call. Cards that give them can be compared setting against
+        setting, item by item (``edgekit eval NAME --against KEY=VALUE``); {}: not supported."""
+        return {}
+
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
     ) -> dict[str, float]:

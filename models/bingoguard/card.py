@@ -233,6 +233,19 @@ class BingoGuardCard(ModelCard):
         s = self._score_examples(runners[GRAPH], heldout)
         return task_metrics(heldout, s.p_unsafe, s.topic, s.level)
 
+    def item_scores(self, runners: Mapping[str, Runner]) -> dict[str, np.ndarray]:
+        """Per held-out text (165,): 1.0 where the decision at the operating threshold, the
+        severity level and the topic are right, and the Brier term (P(unsafe) - label)^2."""
+        heldout = list(load_heldout())
+        s = self._score_examples(runners[GRAPH], heldout)
+        unsafe = np.array([e.unsafe for e in heldout])
+        return {
+            "binary_accuracy": ((s.p_unsafe >= self.OPERATING_THRESHOLD) == unsafe).astype(float),
+            "severity_accuracy": (s.level == np.array([e.level for e in heldout])).astype(float),
+            "topic_accuracy": (s.topic == np.array([e.topic for e in heldout])).astype(float),
+            "brier": (s.p_unsafe - unsafe) ** 2,
+        }
+
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]
     ) -> dict[str, float]:

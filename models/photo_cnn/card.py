@@ -141,17 +141,26 @@ class PhotoCNNCard(ModelCard):
         the clean crops a 95 % bootstrap interval over crops (``top1_accuracy_ci_low`` /
         ``_high``) and the trivial baseline, always naming the most common held-out class
         (``majority_class_accuracy``, its share of the crops)."""
-        sets = self._eval_sets()
+        items = self.item_scores(runners)
         metrics = {}
+        for metric, right in items.items():
+            metrics[metric] = float(right.mean())
+            if metric == "top1_accuracy":
+                low, high = bootstrap_interval(lambda i, r=right: float(r[i].mean()), len(right))
+                metrics["top1_accuracy_ci_low"], metrics["top1_accuracy_ci_high"] = low, high
+                labels = self._eval_sets()["clean"][1]
+                metrics["majority_class_accuracy"] = float(np.bincount(labels).max() / len(labels))
+        return metrics
+
+    def item_scores(self, runners: Mapping[str, Runner]) -> dict[str, np.ndarray]:
+        """1.0 per held-out crop classified right (480,), clean and under camera-like jitter."""
+        sets = self._eval_sets()
+        out = {}
         for key, metric in (("clean", "top1_accuracy"), ("exposure", "top1_accuracy_exposure")):
             images, labels = sets[key]
             right = self.logits(runners[GRAPH], images).argmax(axis=1) == labels
-            metrics[metric] = float(right.mean())
-            if key == "clean":
-                low, high = bootstrap_interval(lambda i, r=right: float(r[i].mean()), len(right))
-                metrics["top1_accuracy_ci_low"], metrics["top1_accuracy_ci_high"] = low, high
-                metrics["majority_class_accuracy"] = float(np.bincount(labels).max() / len(labels))
-        return metrics
+            out[metric] = right.astype(np.float64)
+        return out
 
     def agreement(
         self, reference: Mapping[str, Runner], candidate: Mapping[str, Runner]

@@ -61,8 +61,9 @@ def eval_cmd(
     against: Annotated[
         list[str] | None,
         typer.Option(
-            help="SAM 2 cards: paired comparison, B = these KEY=VALUE options on top of "
-            "A's (repeat); both track the same objects, Delta J&F +- its paired SE"
+            help="paired comparison, B = these KEY=VALUE options on top of A's (repeat): "
+            "both score the same items (SAM 2: track the same objects); B - A per metric "
+            "with its paired SE and 95% CI"
         ),
     ] = None,
     json_out: Annotated[Path | None, typer.Option("--json", hidden=True)] = None,
@@ -76,7 +77,7 @@ def eval_cmd(
 ) -> None:
     """Print MODEL's task metrics (torch or a bundle), or run `edgekit eval lens`.
     With --ray, the torch reference and every bundle x runtime run as Ray tasks.
-    With --against, compare two settings of a SAM 2 card object by object."""
+    With --against, compare two settings of the card item by item (SAM 2: object by object)."""
     out = renamed("eval", "--out", out, "--json", json_out)
     options = parse_options(option)
     old_lens = [  # (spelling, option key, value): eval lens's knobs before --option
@@ -110,8 +111,8 @@ def eval_cmd(
     lens = LensEvalOptions.from_options(options) if model == "lens" else None
     if against and (ray or model == "lens"):
         raise InputError(
-            "--against compares two settings of a SAM 2 card on torch or one bundle; it "
-            "does not combine with --ray or `eval lens`"
+            "--against compares two settings of a card on torch (SAM 2 cards: or one "
+            "bundle); it does not combine with --ray or `eval lens`"
         )
     from edgekit.runtimes import parse_runtime_spec
 
@@ -183,9 +184,13 @@ def eval_cmd(
     if against:
         from rich.markup import escape
 
-        from edgekit.cli.stream import paired_table
+        changes = parse_options(against)
+        if hasattr(card, "compare"):  # SAM 2 cards: object by object, B may reuse A's graphs
+            from edgekit.cli.stream import paired_table
 
-        table = paired_table(card, runners, label, parse_options(against), bundle is not None)
+            table = paired_table(card, runners, label, changes, bundle is not None)
+        else:
+            table = items_table(card, runners, label, changes, bundle is not None)
         console().print(escape(table), soft_wrap=True)
         return
     metrics = card.evaluate(runners)
@@ -202,3 +207,36 @@ def register(app: typer.Typer, *_: Any) -> None:
     """Add ``eval`` to ``app`` (further arguments, the error handler and console older callers
     pass, are not needed: the command imports its own)."""
     app.command("eval")(eval_cmd)
+
+
+def items_table(
+    card: Any, runners: Any, label: str, changes: dict[str, Any], from_bundle: bool
+) -> str:
+    """``edgekit eval NAME --against KEY=VALUE`` for a card with per-item scores: A = ``card``
+    on ``runners``, B = the card with ``changes`` on top, on its own torch graphs; the paired
+    table of edgekit.paired."""
+    from edgekit.build.verify import reference_runners
+    from edgekit.paired import format_rows, paired_rows
+    from edgekit.registry import get_card
+
+    if from_bundle:
+        raise InputError(
+            f"--against builds B's own graphs from the changed options, which a bundle cannot "
+            f"hold: compare '{card.name}' on torch (leave --bundle out)"
+        )
+    a = card.item_scores(runners)
+    if not a:
+        raise InputError(
+            f"'{card.name}' gives no per-item scores, so two settings cannot be compared "
+            "item by item; run `edgekit eval` once per setting instead"
+        )
+    other = get_card(card.name, **{**card.options, **changes})
+    b = other.item_scores(reference_runners(other))
+    given = ", ".join(f"{k}={v}" for k, v in card.options.items()) or "the card's options"
+    changed = ", ".join(f"{k}={v}" for k, v in changes.items())
+    rows = paired_rows(a, b)
+    title = (
+        f"{card.name} [{label}], paired on {rows[0].items} items: A = {given}; B = A with "
+        f"{changed} (torch)"
+    )
+    return format_rows(rows, title)
