@@ -174,15 +174,21 @@ def check_texts(texts: Any) -> list[str]:
     if not texts or len(texts) > MAX_TEXTS:
         raise InputError(f"texts must hold 1 to {MAX_TEXTS} strings, got {len(texts)}")
     for i, t in enumerate(texts):
-        if not isinstance(t, str) or not t.strip():
-            raise InputError(f"texts[{i}] must be a non-empty string")
-        if len(t) > MAX_CHARS:
-            raise InputError(f"texts[{i}] is {len(t)} characters, over {MAX_CHARS}")
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate, e.g. JSON "\ud800": no tokenizer
-            raise InputError(f"texts[{i}] is not valid Unicode at character {exc.start}") from None
+        _check_text(t, f"texts[{i}]")
     return list(texts)
+
+
+def _check_text(t: Any, where: str) -> None:
+    """InputError naming ``where`` unless ``t`` is a non-empty, valid-Unicode string of at most
+    MAX_CHARS characters."""
+    if not isinstance(t, str) or not t.strip():
+        raise InputError(f"{where} must be a non-empty string")
+    if len(t) > MAX_CHARS:
+        raise InputError(f"{where} is {len(t)} characters, over {MAX_CHARS}")
+    try:
+        t.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate, e.g. JSON "\ud800": no tokenizer
+        raise InputError(f"{where} is not valid Unicode at character {exc.start}") from None
 
 
 def check_pairs(pairs: Any, allow_empty_first: bool = False) -> list[list[str]]:
@@ -195,14 +201,8 @@ def check_pairs(pairs: Any, allow_empty_first: bool = False) -> list[list[str]]:
     for i, p in enumerate(pairs):
         if not isinstance(p, (list, tuple)) or len(p) != 2:
             raise InputError(f"pairs[{i}] must be [text, text]")
-    if allow_empty_first:
-        for i, p in enumerate(pairs):
-            if p[0] == "":
-                continue
-            try:
-                check_texts([p[0]])
-            except InputError as exc:
-                raise InputError(f"pairs[{i}][0] (the query, '' for none): {exc}") from None
-        return [[p[0], t] for p, t in zip(pairs, check_texts([p[1] for p in pairs]), strict=True)]
-    flat = check_texts([t for p in pairs for t in p])
-    return [flat[i : i + 2] for i in range(0, len(flat), 2)]
+    for i, p in enumerate(pairs):
+        for j, t in enumerate(p):
+            if not (j == 0 and allow_empty_first and t == ""):
+                _check_text(t, f"pairs[{i}][{j}]")
+    return [list(p) for p in pairs]

@@ -63,7 +63,7 @@ SCORE = [  # (body: JSON-able or raw bytes, status, words the detail must contai
     ({"bundle": "\ud800", "texts": ["a"]}, 400, "not allowed"),
     ({"bundle": "tiny", "pairs": [["a"]]}, 400, "pairs[0]"),
     ({"bundle": "tiny", "pairs": "ab"}, 400, "pairs must be"),
-    ({"bundle": "tiny", "pairs": [["a", 2]]}, 400, "texts[1]"),
+    ({"bundle": "tiny", "pairs": [["a", 2]]}, 400, "pairs[0][1]"),
     ({"bundle": "tiny", "texts": ["a"], "pairs": [["a", "b"]]}, 400, "exactly one"),
     ({"bundle": "tiny"}, 400, "exactly one"),
     ({"bundle": "tiny", "texts": ["a"], "extra": 1}, 400, "unknown field"),
