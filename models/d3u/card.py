@@ -81,7 +81,16 @@ class D3UCard(ModelCard):
     def test(self) -> Windows:
         """The first EVAL_WINDOWS test windows of the synthetic series."""
         if self._test is None:
-            self._test = self.config.data()["test"].take(np.arange(EVAL_WINDOWS))
+            test = self.config.data()["test"]
+            if len(test.history) < EVAL_WINDOWS:
+                from edgekit.errors import InputError
+
+                raise InputError(
+                    f"d3u: length={self.config.length} leaves {len(test.history)} test windows; "
+                    f"evaluation scores {EVAL_WINDOWS}: give a longer series (length >= 4000 "
+                    "is the default)"
+                )
+            self._test = test.take(np.arange(EVAL_WINDOWS))
         return self._test
 
     def _denoiser_feeds(self, history: np.ndarray, seed: int) -> Feeds:

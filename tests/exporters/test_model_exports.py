@@ -50,12 +50,17 @@ COVERAGE: dict[str, list[str]] = {
 # method's own tests and `edgekit eval NAME` cover the full recipe.
 CARD_OPTIONS: dict[str, dict[str, object]] = {
     "sam2": {"random_weights": True, "image_size": 128, "eval_clips": 1, "eval_frames": 6},
-    "sam2-edge": {"eval_clips": 8},  # verify tracks 8 of the 20 held-out clips (4 passes each)
+    # verify tracks 4 of the 20 held-out clips (measured: int8 J&F 71.7 against torch's 71.6,
+    # budget 2.5 %; 8 clips: 72.2 against 71.8, 2.4x the time)
+    "sam2-edge": {"eval_clips": 4},
     # a small LM (seconds to train; the default recipe trains ~140 s on a cold cache)
     "sdlg": {
         "people": 4, "dim": 32, "layers": 1, "heads": 2, "steps": 80, "batch_size": 16,
         "lr": 1e-2,
     },
+    "llmcert-b": {"corpus_size": 800, "steps": 60},
+    "d3u": {"point_steps": 60, "diffusion_steps": 150},
+    "spectral-reg": {"tasks": 4, "steps": 40},
     "mtid": {
         "tasks": 3, "actions": 8, "per_task": 4, "obs_dim": 8, "train_plans": 300,
         "test_plans": 100, "dim": 16, "depth": 1, "heads": 2, "steps": 60,
@@ -121,7 +126,7 @@ def test_export_verify_selftest(model: str, target: str, tmp_path: Path) -> None
     if target.endswith("int8") and model != "sam2-edge":
         # int8 is accepted only inside the budget: the task metrics measured again on the
         # bundle as loaded from disk are the ones the build verified, and within the budget.
-        # sam2-edge is not measured again here (8 clips streamed, ~40 s): the build verified
+        # sam2-edge is not measured again here (its clips streamed again): the build verified
         # sessions opened on the written graph files, and the self-test above checks the
         # loaded bundle against its goldens.
         again = card.evaluate(Bundle.load(bundle.path).sessions())

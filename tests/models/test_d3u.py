@@ -258,3 +258,11 @@ def test_window_metrics_average_to_the_study_metrics_and_intervals_are_paired() 
         assert low <= mean <= high < 0  # the ensemble centred on the truth is better
     low, high = out["intervals"]["D3U"]["crps"]
     assert low < windows["D3U"]["crps"].mean() < high
+
+
+def test_a_series_too_short_for_the_evaluation_is_one_clear_error() -> None:
+    from edgekit.errors import InputError
+    from edgekit.registry import get_card
+
+    with pytest.raises(InputError, match="length=1200 leaves 43 test windows"):
+        get_card("d3u", length=1200).test()
