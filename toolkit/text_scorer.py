@@ -104,9 +104,7 @@ class TextScorer:
         if self.task == "sentence-embedding":
             emb = self._embeddings(check_texts(texts))
             return {"model": self.bundle.model, "embeddings": emb.round(6).tolist()}
-        outputs = self.run(texts)
-        out = {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
-        return {**out, "truncated": self.truncated}
+        return self._scored(check_texts(texts))
 
     def _moderate_pairs(self, pairs: Sequence[Sequence[str]]) -> dict[str, Any]:
         """Moderation of [query, response] pairs: each response given its query ("" = none)."""
@@ -119,6 +117,11 @@ class TextScorer:
             )
         checked = check_pairs(pairs, allow_empty_first=True)
         inputs = [(q, r) if q else r for q, r in checked]
+        return self._scored(inputs)
+
+    def _scored(self, inputs: Sequence[str | tuple[str, str]]) -> dict[str, Any]:
+        """The task's post-processed outputs for checked ``inputs`` (texts or pairs), with the
+        truncation flags."""
         outputs = self.session.run(self.tokenize(inputs))
         out = {"model": self.bundle.model, **postprocess(outputs, self.bundle.manifest)}
         return {**out, "truncated": self.truncated}
