@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -39,3 +39,34 @@ def bootstrap_interval(
     tail = 100 * (1 - level) / 2
     low, high = np.percentile(draws, [tail, 100 - tail])
     return float(low), float(high)
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sample SD / sqrt n) of per-seed ``values`` (n,).
+
+    One value gives an SE of nan (no spread to measure), never 0.
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return float("nan"), float("nan")
+    se = float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+    return float(x.mean()), se
+
+
+def seed_summary(values: Sequence[float], against: Sequence[float] | None = None) -> dict:
+    """Summary over seeds of one metric: ``mean``, ``se``, ``values`` and, given ``against``
+    (the same metric of a baseline on the same seeds, (n,)), the paired difference
+    ``diff`` = mean(values - against), its ``diff_se`` and ``wins`` (seeds where values > against).
+
+    A difference counts as shown only where |diff| > 2 diff_se (about a 95 % interval).
+    """
+    mean, se = mean_se(values)
+    out = {"mean": mean, "se": se, "values": [float(v) for v in values]}
+    if against is not None:
+        if len(against) != len(values):
+            raise ValueError(f"seed_summary: {len(values)} values against {len(against)}")
+        d = np.asarray(values, dtype=np.float64) - np.asarray(against, dtype=np.float64)
+        out["diff"], out["diff_se"] = mean_se(d)
+        out["wins"] = int((d > 0).sum())
+        out["shown"] = bool(np.isfinite(out["diff_se"]) and abs(out["diff"]) > 2 * out["diff_se"])
+    return out
