@@ -165,7 +165,7 @@ def test_slow_client_does_not_block_and_partial_upload_is_dropped(daemon, bundle
     time.sleep(0.5)
     start = time.monotonic()
     assert httpx.get(f"{daemon.url}/health", timeout=5).status_code == 200
-    assert time.monotonic() - start < 2.0
+    assert time.monotonic() - start < 4.0  # a blocked loop would hit the 5 s timeout
     assert len(list((daemon.state_dir / "uploads").iterdir())) == 1  # being received
     sock.close()  # the client goes away mid-upload
     deadline = time.monotonic() + 10

@@ -290,7 +290,7 @@ def test_connection_cap_closes_the_longest_idle(tmp_path):
             time.sleep(0.005)
         t0 = time.perf_counter()
         assert httpx.get(f"{proc.url}/health", timeout=5).status_code == 200
-        assert time.perf_counter() - t0 < 1.0
+        assert time.perf_counter() - t0 < 4.0  # no idle one closed: it would wait 5 s
         time.sleep(0.5)
         open_now = [_still_open(s) for s in socks]
         assert not any(open_now[:15]) and all(open_now[-30:]), open_now
