@@ -8,15 +8,17 @@ returns the first file that ``torch.load(..., weights_only=True)`` reads and ``l
 missing, corrupt or foreign file (any exception while reading or decoding it) is skipped. When
 none loads it calls ``train`` once, turns the result into a blob with ``save`` and writes the blob
 to the cache path atomically (``torch.save`` to memory, then ``atomic_write_bytes``), replacing a
-corrupt file there. ``load_weights`` and ``save_weights`` are its two halves, for callers that
+corrupt file there; training holds a lock per recipe (``training_lock``), so concurrent callers
+train it once. ``load_weights`` and ``save_weights`` are its two halves, for callers that
 only read or only write an entry. Torch is imported when one of them runs, not with this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,6 +97,33 @@ def load_or_train(
         found = load_weights(path, shipped_dir, load, progress=progress, what=what)
         if found is not None:
             return found
-    result = train()
-    save_weights(path, save(result))
+    with training_lock(path):
+        if not force:  # another process may have trained it while this one waited
+            found = load_weights(path, shipped_dir, load, progress=progress, what=what)
+            if found is not None:
+                return found
+        result = train()
+        save_weights(path, save(result))
     return result
+
+
+@contextlib.contextmanager
+def training_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s recipe while it trains, so that two processes (two
+    test workers, two commands on a device) asking for the same missing weights train them once:
+    the second waits, then loads what the first wrote. A lock file ``.<name>.lock`` beside
+    ``path`` (left in place; the lock goes with the process). Where ``fcntl`` does not exist
+    (not POSIX) nothing is locked and both train, as before; the atomic write keeps the file
+    whole either way."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

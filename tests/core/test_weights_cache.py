@@ -5,6 +5,7 @@ training, a shipped copy wins over the cache, and a corrupt, truncated or foreig
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,10 @@ def test_a_miss_trains_once_and_writes_the_blob_atomically(tmp_path: Path) -> No
     train = _Trainer()
     net, found = _cached(path, None, train)
     assert train.calls == 1 and found is None  # trained now, not loaded
-    assert path.is_file() and sorted(p.name for p in path.parent.iterdir()) == [path.name]
+    assert path.is_file()  # and no temporary file left beside it (the lock file stays)
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(
+        [path.name, f".{path.name}.lock"]
+    )
     blob = torch.load(path, map_location="cpu", weights_only=True)
     assert set(blob) == {"state", "seconds"} and blob["seconds"] == 1.5
     assert _same(_load(blob, path)[0], net)
@@ -146,10 +150,50 @@ def test_a_failing_write_leaves_the_cached_file_as_it_was(tmp_path: Path) -> Non
     with pytest.raises(RuntimeError, match="cannot pickle"):
         load_or_train(path, None, train, load=_load, save=lambda net: {"x": _Unpicklable()})
     assert train.calls == 1 and path.read_bytes() == b"not a torch file"
-    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left behind
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted([path.name, f".{path.name}.lock"])  # no temporary file left behind
 
 
 def test_load_weights_is_none_when_nothing_loads(tmp_path: Path) -> None:
     assert load_weights(tmp_path / "net-0123.pt", tmp_path / "weights", _load) is None
     (tmp_path / "net-0123.pt").write_bytes(b"x")
     assert load_weights(tmp_path / "net-0123.pt", None, _load) is None
+
+
+def test_two_callers_of_a_missing_recipe_train_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B asks while A is still training: B waits for A's lock, then loads A's file."""
+    import edgekit.weights_cache as wc
+
+    path = tmp_path / "net-0123.pt"
+    train = _Trainer()
+    a_training, b_looked, results = threading.Event(), threading.Event(), {}
+    real_load = wc.load_weights
+
+    def load_weights(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "B":
+            b_looked.set()
+        return real_load(*args, **kwargs)
+
+    def slow_train() -> tuple[torch.nn.Module, None]:
+        a_training.set()
+        assert b_looked.wait(30)  # B found nothing: without the lock it would train as well
+        return train(), None
+
+    monkeypatch.setattr(wc, "load_weights", load_weights)
+    a = threading.Thread(
+        target=lambda: results.update(
+            a=load_or_train(path, None, slow_train, load=_load, save=_save)
+        ),
+        name="A",
+    )
+    b = threading.Thread(target=lambda: results.update(b=_cached(path, None, train)), name="B")
+    a.start()
+    assert a_training.wait(30)  # A holds the lock and trains
+    b.start()
+    a.join(60)
+    b.join(60)
+    assert train.calls == 1
+    assert results["a"][1] is None and results["b"][1] == path  # A trained, B loaded A's file
+    assert _same(results["a"][0], results["b"][0])
