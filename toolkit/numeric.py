@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -70,3 +71,20 @@ def seed_summary(values: Sequence[float], against: Sequence[float] | None = None
         out["wins"] = int((d > 0).sum())
         out["shown"] = bool(np.isfinite(out["diff_se"]) and abs(out["diff"]) > 2 * out["diff_se"])
     return out
+
+
+def format_mean_se(mean: float, se: float, sign: str = "", digits: int = 3) -> str:
+    """``mean ± se`` at ``digits`` decimals (``sign="+"`` shows a plus); SE "n/a" when nan."""
+    spread = "n/a" if math.isnan(se) else f"{se:.{digits}f}"
+    return f"{mean:{sign}.{digits}f} ± {spread}"
+
+
+def format_diff(summary: dict | None, digits: int = 3) -> str:
+    """A ``seed_summary`` paired difference as ``+d ± se (wins/n)``, starred where shown
+    (|d| > 2 SE); "" for None."""
+    if summary is None:
+        return ""
+    star = " *" if summary["shown"] else ""
+    n = len(summary["values"])
+    text = format_mean_se(summary["diff"], summary["diff_se"], "+", digits)
+    return f"{text} ({summary['wins']}/{n}){star}"

@@ -8,11 +8,13 @@ parameter count is at least RandLoRA's, so LoRA never has fewer parameters. Two 
 - "first": adapters on the input layer only, the rest frozen: the task then needs a full-rank
   change of that one pretrained layer (W1 P^T).
 
-Each arm picks its learning rate on the validation split (seed 0), then runs every seed at that
-rate; the table gives test accuracy (mean, std over seeds) and the numerical / effective rank of
-the learned input-layer update. ``experiment`` prints the tables, writes ``report.json`` and
-``randlora.png`` under ``out``; 100 runs of 1-5 s each: 3-10 minutes on one CPU
-thread (6-10 measured with the machine's two cores shared by other jobs).
+Each arm picks its learning rate on the validation split (seed 0), then runs every seed (0-4)
+at that rate; the table gives test accuracy as mean ± SE over seeds, the paired difference
+against the model before adaptation and, for RandLoRA, against the matched LoRA on the same
+seeds (mean ± SE of the per-seed differences, seeds won; ``edgekit.numeric.seed_summary``),
+and the numerical / effective rank of the learned input-layer update. ``experiment`` prints the
+tables, writes ``report.json`` and ``randlora.png`` under ``out``; 140 runs of 1-5 s each:
+5-15 minutes on one CPU thread.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from edgekit.models.randlora.train import (
     prepare,
     pretrained_mlp,
 )
+from edgekit.numeric import format_diff, format_mean_se, seed_summary
 from edgekit.study import save_figure
 
 
@@ -48,7 +52,7 @@ class StudyConfig:
     ranks: dict[str, tuple[int, ...]] | None = None  # setting -> RandLoRA basis ranks
     kinds: tuple[str, ...] = ("dense", "sparse")
     lrs: tuple[float, ...] = (3e-3, 1e-2, 3e-2)
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     steps: int = 300
 
     def setting_ranks(self) -> dict[str, tuple[int, ...]]:
@@ -101,7 +105,6 @@ def run_arm(config: AdaptConfig, study: StudyConfig, step: Any = None) -> dict[s
         "lr": best_lr,
         "val_accuracy": trials[best_lr].val_accuracy,
         "test_accuracy": statistics.fmean(tests),
-        "test_accuracy_std": statistics.pstdev(tests),
         "test_accuracies": tests,
         "update_rank": min(numerical_rank(u) for u in updates),
         "update_effective_rank": statistics.fmean(effective_rank(u) for u in updates),
@@ -109,16 +112,33 @@ def run_arm(config: AdaptConfig, study: StudyConfig, step: Any = None) -> dict[s
     }
 
 
-def _arms(study: StudyConfig) -> list[AdaptConfig]:
-    arms = []
+def _arms(study: StudyConfig) -> list[tuple[AdaptConfig, AdaptConfig | None]]:
+    """Every arm, each with the LoRA arm it is compared with (RandLoRA arms) or None."""
+    arms: list[tuple[AdaptConfig, AdaptConfig | None]] = []
     for target, ranks in study.setting_ranks().items():
         base = AdaptConfig(steps=study.steps, target=target)
-        arms.append(replace(base, method="full"))
+        arms.append((replace(base, method="full"), None))
         for r in ranks:
             rand = replace(base, method="randlora", rank=r)
-            arms += [replace(rand, kind=k) for k in study.kinds]
-            arms.append(replace(base, method="lora", rank=matched_lora_rank(rand)))
+            lora = replace(base, method="lora", rank=matched_lora_rank(rand))
+            arms += [(replace(rand, kind=k), lora) for k in study.kinds]
+            arms.append((lora, None))
     return arms
+
+
+def summarise(
+    tests: Sequence[float], before: float, against: Sequence[float] | None = None
+) -> dict[str, Any]:
+    """Test accuracy over seeds (n,): ``mean``/``se``, the paired difference against the model
+    before adaptation (``vs_before``, the same ``before`` on every seed) and, given the matched
+    LoRA's accuracies on the same seeds (n,), against it (``vs_lora``; else None)."""
+    summary = seed_summary(tests)
+    return {
+        "mean": summary["mean"],
+        "se": summary["se"],
+        "vs_before": seed_summary(tests, against=[before] * len(tests)),
+        "vs_lora": None if against is None else seed_summary(tests, against=against),
+    }
 
 
 def run_study(study: StudyConfig | None = None, show_progress: bool = True) -> dict[str, Any]:
@@ -135,49 +155,71 @@ def run_study(study: StudyConfig | None = None, show_progress: bool = True) -> d
     arms = _arms(study)
     total = sum(len(study.lrs) + len(study.seeds) - 1 for _ in arms)
     with step_progress("randlora study", total, show_progress) as step:
-        rows = [run_arm(arm, study, step) for arm in arms]
+        rows = [run_arm(arm, study, step) for arm, _ in arms]
+    by_config = {arm: row for (arm, _), row in zip(arms, rows, strict=True)}
+    for (_, lora), row in zip(arms, rows, strict=True):
+        against = None if lora is None else by_config[lora]["test_accuracies"]
+        row["lora_rank"] = None if lora is None else lora.rank
+        row["summary"] = summarise(row["test_accuracies"], baselines["unadapted_accuracy"], against)
     study_json = asdict(study) | {"ranks": {k: list(v) for k, v in study.setting_ranks().items()}}
     return {"task": task.name, "baselines": baselines, "rows": rows, "study": study_json}
 
 
 def print_tables(report: dict[str, Any]) -> None:
-    """One rich table per setting: budget rows, accuracy and update rank per method."""
+    """One rich table per setting: the baseline row, then per method test accuracy (mean ± SE
+    over seeds), paired differences against the baseline and the matched LoRA, update rank."""
     from rich.table import Table
 
     from edgekit.console import wide_console
 
     console = wide_console()
     b = report["baselines"]
+    seeds = report["study"]["seeds"]
     console.print(
         f"task {report['task']}: pretrained model {b['source_accuracy']:.3f} on the source "
-        f"digits, {b['unadapted_accuracy']:.3f} on the permuted digits before adaptation"
+        f"digits, {b['unadapted_accuracy']:.3f} on the permuted digits before adaptation "
+        f"(chance 0.100); {len(seeds)} seeds, mean ± SE over seeds"
     )
     for target in report["study"]["ranks"]:
         rows = [r for r in report["rows"] if r["target"] == target]
         table = Table(title=f"permuted digits, adapters on {target} layer(s): test accuracy")
-        for col in (
+        columns = (
             "method",
             "basis",
             "rank",
             "trainable",
             "lr",
             "test acc",
+            "- before (wins)",
+            "- LoRA (wins)",
             "rank(dW1)",
             "eff rank",
-        ):
+        )
+        for col in columns:
             table.add_column(col, justify="left" if col in ("method", "basis") else "right")
+        table.add_row(
+            "before adaptation", "", "", "0", "", f"{b['unadapted_accuracy']:.3f}", *[""] * 4
+        )
         for r in rows:
+            summary = r["summary"]
+            lora = "" if r["lora_rank"] is None else f"q={r['lora_rank']}: "
             table.add_row(
                 r["method"],
                 r["kind"],
                 "" if r["rank"] is None else str(r["rank"]),
                 str(r["trainable"]),
                 f"{r['lr']:g}",
-                f"{r['test_accuracy']:.3f} ± {r['test_accuracy_std']:.3f}",
+                format_mean_se(summary["mean"], summary["se"]),
+                format_diff(summary["vs_before"]),
+                lora + format_diff(summary["vs_lora"]),
                 str(r["update_rank"]),
                 f"{r['update_effective_rank']:.1f}",
             )
         console.print(table)
+    console.print(
+        "differences are paired over seeds: mean ± SE of (method - reference) per seed, seeds "
+        "where the method is higher; * where |difference| > 2 SE"
+    )
 
 
 def plot(report: dict[str, Any], path: Path) -> Path:

@@ -189,11 +189,37 @@ def test_randlora_adapts_the_pretrained_mlp_where_rank_one_lora_falls_short() ->
     assert rand.test_accuracy > lora.test_accuracy + 0.1
 
 
+def test_summary_is_computed_from_the_per_seed_accuracies() -> None:
+    from edgekit.models.randlora.experiment import summarise
+
+    tests, lora = [0.90, 0.80, 0.85, 0.95, 0.75], [0.70, 0.80, 0.90, 0.85, 0.70]
+    summary = summarise(tests, before=0.10, against=lora)
+    assert summary["mean"] == pytest.approx(0.85)
+    assert summary["se"] == pytest.approx(0.0790569415 / math.sqrt(5))  # sample SD / sqrt n
+    # against the model before adaptation: the same number on every seed, so the SE is the
+    # accuracy's own
+    before = summary["vs_before"]
+    assert before["diff"] == pytest.approx(0.75) and before["diff_se"] == pytest.approx(
+        summary["se"]
+    )
+    assert before["wins"] == 5 and before["shown"]
+    # against LoRA: paired per seed, differences (0.2, 0, -0.05, 0.1, 0.05)
+    paired = summary["vs_lora"]
+    assert paired["diff"] == pytest.approx(0.06)
+    assert paired["diff_se"] == pytest.approx(0.0961769203 / math.sqrt(5))
+    assert paired["wins"] == 3  # a tie is not a win
+    assert not paired["shown"]  # 0.06 < 2 x 0.043
+    assert summarise(tests, before=0.10)["vs_lora"] is None
+
+
 @pytest.mark.study
-def test_experiment_writes_report_and_plot(tmp_path: Path) -> None:
+def test_experiment_writes_report_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from edgekit.models.randlora.experiment import StudyConfig, experiment
 
-    study = StudyConfig(ranks={"first": (32,)}, kinds=("dense",), lrs=(1e-2,), seeds=(0,), steps=20)
+    assert StudyConfig().seeds == (0, 1, 2, 3, 4)
+    study = StudyConfig(
+        ranks={"first": (32,)}, kinds=("dense",), lrs=(1e-2,), seeds=(0, 1), steps=20
+    )
     report = experiment(tmp_path, show_progress=False, study=study)
     methods = {(r["method"], r["kind"]) for r in report["rows"]}
     assert methods == {("full", ""), ("randlora", "dense"), ("lora", "")}
@@ -201,7 +227,23 @@ def test_experiment_writes_report_and_plot(tmp_path: Path) -> None:
     rand = next(r for r in report["rows"] if r["method"] == "randlora")
     assert lora["trainable"] >= rand["trainable"]  # matched: LoRA never has fewer parameters
     assert lora["update_rank"] <= lora["rank"] < rand["update_rank"]
-    assert json.loads((tmp_path / "report.json").read_text())["rows"]
+    # the summary over seeds is computed from the per-seed test accuracies, paired by seed
+    unadapted = report["baselines"]["unadapted_accuracy"]
+    for row in report["rows"]:
+        assert len(row["test_accuracies"]) == 2
+        assert row["summary"]["mean"] == pytest.approx(sum(row["test_accuracies"]) / 2)
+        assert row["summary"]["vs_before"]["diff"] == pytest.approx(
+            row["summary"]["mean"] - unadapted
+        )
+    assert rand["lora_rank"] == lora["rank"] and lora["summary"]["vs_lora"] is None
+    diffs = [a - b for a, b in zip(rand["test_accuracies"], lora["test_accuracies"], strict=True)]
+    assert rand["summary"]["vs_lora"]["diff"] == pytest.approx(sum(diffs) / 2)
+    assert rand["summary"]["vs_lora"]["wins"] == sum(d > 0 for d in diffs)
+    printed = capsys.readouterr().out
+    assert "before adaptation" in printed and f"{unadapted:.3f}" in printed
+    assert f"{rand['summary']['mean']:.3f} ± {rand['summary']['se']:.3f}" in printed
+    assert "q=1: " in printed  # the RandLoRA row names the LoRA it is compared with
+    assert json.loads((tmp_path / "report.json").read_text())["rows"][0]["summary"]
     assert (tmp_path / "randlora.png").read_bytes()[:4] == b"\x89PNG"
 
 

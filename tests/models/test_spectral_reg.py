@@ -198,19 +198,71 @@ def test_spectral_keeps_plasticity_where_none_loses_it() -> None:
     assert max(spectral.sigmas[-1].values()) < max(none.sigmas[-1].values())
 
 
-@pytest.mark.study
-def test_experiment_writes_report_and_plot(tmp_path: Path, monkeypatch) -> None:
-    from edgekit.models.spectral_reg.continual import ContinualConfig
-    from edgekit.models.spectral_reg.experiment import experiment
+def test_summary_over_seeds_pairs_each_regulariser_with_none_and_l2_init() -> None:
+    from edgekit.models.spectral_reg.experiment import summarise
 
+    def runs(name: str, last: list[float]) -> list[dict]:
+        return [
+            {"regularizer": name, "strength": 0.1, "seed": seed, "last_tasks_accuracy": acc,
+             "mean_accuracy": acc - 0.1}
+            for seed, acc in enumerate(last)
+        ]  # fmt: skip
+
+    last = {"none": [0.2, 0.1, 0.3], "l2-init": [1.0, 0.9, 1.0], "spectral": [1.0, 1.0, 0.95]}
+    summary = {e["regularizer"]: e for e in summarise({k: runs(k, v) for k, v in last.items()})}
+    spectral = summary["spectral"]
+    assert spectral["seeds"] == [0, 1, 2]
+    assert spectral["last_tasks_accuracy"]["mean"] == pytest.approx(2.95 / 3)
+    assert spectral["mean_accuracy"]["mean"] == pytest.approx(2.65 / 3)
+    # paired by seed: spectral - none = (0.8, 0.9, 0.65), spectral - l2-init = (0, 0.1, -0.05)
+    assert spectral["vs_none"]["diff"] == pytest.approx(2.35 / 3)
+    assert spectral["vs_none"]["wins"] == 3 and spectral["vs_none"]["shown"]
+    assert spectral["vs_l2_init"]["diff"] == pytest.approx(0.05 / 3)
+    assert spectral["vs_l2_init"]["diff_se"] == pytest.approx(0.0763762616 / math.sqrt(3))
+    assert spectral["vs_l2_init"]["wins"] == 1 and not spectral["vs_l2_init"]["shown"]
+    # a reference is not compared with itself
+    assert summary["none"]["vs_none"] is None and summary["l2-init"]["vs_l2_init"] is None
+    assert summary["none"]["vs_l2_init"]["diff"] == pytest.approx(-2.3 / 3)
+
+
+@pytest.mark.study
+def test_experiment_writes_report_and_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from edgekit.models.spectral_reg.continual import ContinualConfig
+    from edgekit.models.spectral_reg.experiment import SEEDS, experiment
+
+    assert SEEDS == (0, 1, 2, 3, 4)
     monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path / "cache"))
     base = ContinualConfig(tasks=2, steps=4, samples=32, batch_size=32)
-    report = experiment(tmp_path / "out", show_progress=False, base=base, scales=(0.1, 1.0))
+    report = experiment(
+        tmp_path / "out", show_progress=False, base=base, scales=(0.1, 1.0), seeds=(0, 1, 2)
+    )
     names = [r["regularizer"] for r in report["rows"]]
     assert names == ["none", "l2", "l2", "l2-init", "l2-init", "spectral", "spectral"]
-    assert [r["regularizer"] for r in report["rows"] if r["best"]] == [
-        "none", "l2", "l2-init", "spectral"
-    ]  # fmt: skip
+    best = [r for r in report["rows"] if r["best"]]
+    assert [r["regularizer"] for r in best] == ["none", "l2", "l2-init", "spectral"]
+    assert {r["seed"] for r in report["rows"]} == {0}  # the sweep runs on the first seed
+    # each best strength runs on every seed; the summary is computed from those runs
+    for entry, sweep_best in zip(report["summary"], best, strict=True):
+        seeded = [r for r in report["seed_runs"] if r["regularizer"] == entry["regularizer"]]
+        assert [r["seed"] for r in seeded] == entry["seeds"] == [0, 1, 2]
+        assert {r["strength"] for r in seeded} == {sweep_best["strength"]} == {entry["strength"]}
+        last = [r["last_tasks_accuracy"] for r in seeded]
+        assert seeded[0]["last_tasks_accuracy"] == sweep_best["last_tasks_accuracy"]
+        assert entry["last_tasks_accuracy"]["values"] == last
+        assert entry["last_tasks_accuracy"]["mean"] == pytest.approx(sum(last) / 3)
+    spectral, none = report["summary"][3], report["summary"][0]
+    pairs = zip(
+        spectral["last_tasks_accuracy"]["values"],
+        none["last_tasks_accuracy"]["values"],
+        strict=True,
+    )
+    diffs = [a - b for a, b in pairs]
+    assert spectral["vs_none"]["diff"] == pytest.approx(sum(diffs) / 3)
+    assert report["chance"] == 0.1
+    printed = capsys.readouterr().out
+    assert "chance (random labels)" in printed and "- L2-init" in printed
     assert json.loads((tmp_path / "out" / "report.json").read_text())["rows"][0]["sigmas"]
     assert (tmp_path / "out" / "spectral_reg.png").read_bytes()[:4] == b"\x89PNG"
-    assert len(list((tmp_path / "cache" / "spectral-reg").glob("*.pt"))) == 7
+    assert len(list((tmp_path / "cache" / "spectral-reg").glob("*.pt"))) == 7 + 4 * 2
