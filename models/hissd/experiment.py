@@ -7,12 +7,14 @@ Methods, all with the same entity-attention encoder and data:
 - common skills only: HiSSD without the task-specific skill and its contrastive term;
 - HiSSD: common skills + task-specific skills.
 
-Two seeds (data and initialisation). Scored by greedy rollouts (200 episodes per agent count
+Five seeds (data and initialisation). Scored by greedy rollouts (200 episodes per agent count
 and seed): final landmark coverage and the team distance averaged over the episode; the
-behaviour policies are reference rows. Also reported:
-the mean advantage weight the learned value gives each behaviour's transitions. Models are
-cached (``train.py``): the first run trains six policies (about 3 CPU-minutes; 9 to 13 minutes
-wall on a shared 2-core machine at load 10-12), a cached run only rolls out (14 s of CPU).
+behaviour policies are reference rows, the random one the trivial baseline. Every score is a
+mean ± SE over seeds, and HiSSD is compared with each other row by the paired difference over
+seeds (``edgekit.numeric.seed_summary``): a difference counts as shown only where it exceeds
+twice its SE. Also reported: the mean advantage weight the learned value gives each behaviour's
+transitions. Models are cached (``train.py``): the first run trains fifteen policies, a cached
+run only rolls out.
 """
 
 from __future__ import annotations
@@ -26,12 +28,17 @@ import numpy as np
 from edgekit.models.hissd.data import BEHAVIOURS, episode_returns
 from edgekit.models.hissd.evaluate import rollout
 from edgekit.models.hissd.train import HiSSDConfig, train_policy
+from edgekit.numeric import mean_se, seed_summary
 from edgekit.study import save_figure, write_study
 
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.models.hissd.card import HiSSDCard
 
 METHODS = {"bc": "BC", "common": "common skills only", "hissd": "HiSSD"}
+SEEDS = (0, 1, 2, 3, 4)
+# HiSSD minus each of these rows, paired over seeds
+AGAINST = (METHODS["bc"], METHODS["common"], "random (data)")
+SUMMARIES = ("seen_coverage", "unseen_coverage", "unseen_distance")
 
 
 def _mean(dicts: list[dict[str, float]]) -> dict[str, float]:
@@ -40,12 +47,15 @@ def _mean(dicts: list[dict[str, float]]) -> dict[str, float]:
 
 def run_study(
     config: HiSSDConfig | None = None,
-    seeds: tuple[int, ...] = (0, 1),
+    seeds: tuple[int, ...] = SEEDS,
     episodes: int = 200,
     show_progress: bool = True,
 ) -> dict[str, Any]:
     """Per seed (data + init): train (or load) the three policies; roll every method out on
-    every agent count. Scores are means over seeds (each seed's are kept too)."""
+    every agent count. Scores are means over seeds (each seed's are kept too); the seen and
+    unseen summaries carry their SE over seeds, and ``paired`` holds HiSSD minus each row of
+    ``AGAINST`` per summary (``seed_summary`` plus ``better``: seeds where HiSSD is better,
+    i.e. higher coverage or lower distance)."""
     import torch
 
     from edgekit.progress import step_progress
@@ -107,12 +117,20 @@ def run_study(
             row["weights"] = _mean([r["weights"] for r in per_seed])
         for split, ns in (("seen", base.train_agents), ("unseen", base.test_agents)):
             for metric in ("coverage", "distance"):
-                values = [r["scores"][str(n)][metric] for r in per_seed for n in ns]
-                row[f"{split}_{metric}"] = float(np.mean(values))
-                row[f"{split}_{metric}_seeds"] = [
+                key = f"{split}_{metric}"
+                row[f"{key}_seeds"] = [
                     float(np.mean([r["scores"][str(n)][metric] for n in ns])) for r in per_seed
                 ]
+                row[key], row[f"{key}_se"] = mean_se(row[f"{key}_seeds"])
         rows[label] = row
+    hissd = rows[METHODS["hissd"]]
+    paired = {
+        f"HiSSD - {other}": {
+            key: _paired(hissd[f"{key}_seeds"], rows[other][f"{key}_seeds"], key)
+            for key in SUMMARIES
+        }
+        for other in AGAINST
+    }
     return {
         "config": asdict(base),
         "seeds": list(seeds),
@@ -120,7 +138,23 @@ def run_study(
         "counts": counts,
         "data_mean_reward": data_rewards,
         "rows": rows,
+        "paired": paired,
     }
+
+
+def _paired(values: list[float], against: list[float], key: str) -> dict[str, Any]:
+    """``seed_summary`` of ``values`` against ``against`` plus ``better``: the seeds where
+    ``values`` is better (higher coverage, lower distance)."""
+    out = seed_summary(values, against)
+    d = np.asarray(values) - np.asarray(against)
+    out["better"] = int((d < 0).sum() if key.endswith("distance") else (d > 0).sum())
+    return out
+
+
+def _pm(mean: float, se: float, digits: int = 3, sign: bool = False) -> str:
+    """Mean ± SE as text (the SE is nan with one seed)."""
+    fmt = f"{'+' if sign else ''}.{digits}f"
+    return f"{mean:{fmt}} ± {se:.{digits}f}"
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -129,17 +163,18 @@ def print_table(report: dict[str, Any]) -> None:
     from edgekit.console import wide_console
 
     c = report["config"]
+    seeds = report["seeds"]
     unseen = set(c["test_agents"])
     table = Table(
         title=f"HiSSD on spread, trained on {c['train_agents']} agents, mixed data "
-        f"(expert/nearest/random {c['mix']}); mean of seeds {report['seeds']}, "
-        f"{report['episodes']} episodes per count and seed. "
-        "Cells: final coverage (higher better) / mean team distance (lower better); * unseen"
+        f"(expert/nearest/random {c['mix']}); seeds {seeds}, {report['episodes']} episodes per "
+        "count and seed. Cells: mean over seeds of final coverage (higher better) / mean team "
+        "distance (lower better); * unseen; summaries mean ± SE over seeds"
     )
     table.add_column("method")
     for n in report["counts"]:
         table.add_column(f"n={n}{'*' if n in unseen else ''}", justify="right")
-    for col in ("seen cov", "unseen cov (per seed)", "unseen dist", "train s"):
+    for col in ("seen cov", "unseen cov", "unseen dist", "train s"):
         table.add_column(col, justify="right")
     for name, row in report["rows"].items():
         cells = [
@@ -150,15 +185,30 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(
             name,
             *cells,
-            f"{row['seen_coverage']:.3f}",
-            f"{row['unseen_coverage']:.3f} ("
-            + ", ".join(f"{v:.2f}" for v in row["unseen_coverage_seeds"])
-            + ")",
-            f"{row['unseen_distance']:.3f}",
+            *(_pm(row[key], row[f"{key}_se"]) for key in SUMMARIES),
             "-" if secs is None else f"{secs:.0f}",
         )
     console = wide_console()
     console.print(table)
+    paired = Table(
+        title=f"paired difference over the {len(seeds)} seeds: mean ± SE (seeds where HiSSD is "
+        "better); shown = |difference| > 2 SE"
+    )
+    paired.add_column("difference")
+    for col in ("seen cov", "unseen cov", "unseen dist", "shown"):
+        paired.add_column(col, justify="right")
+    for name, diffs in report["paired"].items():
+        cells = [
+            f"{_pm(d['diff'], d['diff_se'], sign=True)} ({d['better']}/{len(seeds)})"
+            for d in (diffs[key] for key in SUMMARIES)
+        ]
+        shown = [
+            col
+            for col, key in zip(("seen cov", "unseen cov", "unseen dist"), SUMMARIES, strict=True)
+            if diffs[key]["shown"]
+        ]
+        paired.add_row(name, *cells, ", ".join(shown) or "none")
+    console.print(paired)
     weights = Table(title="mean advantage weight min(exp(10 TD), 100) of each behaviour's data")
     weights.add_column("method")
     for kind in BEHAVIOURS:
@@ -184,17 +234,23 @@ def plot(report: dict[str, Any], path: Path) -> Path:
     for ax, metric in zip(axes[:2], ("coverage", "distance"), strict=True):
         for name, row in rows.items():
             style = "--" if "(data)" in name else "-"
-            ax.plot(
+            stats = [
+                mean_se([r["scores"][str(n)][metric] for r in row["per_seed"]]) for n in counts
+            ]
+            ax.errorbar(
                 counts,
-                [row["scores"][str(n)][metric] for n in counts],
-                style,
+                [m for m, _ in stats],
+                yerr=[0.0 if not np.isfinite(se) else se for _, se in stats],
+                fmt=style,
                 marker="o",
+                capsize=3,
                 label=name,
             )
         ax.axvspan(min(unseen) - 0.5, max(unseen) + 0.5, color="grey", alpha=0.15, label="unseen")
         ax.set(
             xlabel="agents",
-            title=f"{metric} ({'higher' if metric == 'coverage' else 'lower'} is better)",
+            title=f"{metric} ({'higher' if metric == 'coverage' else 'lower'} is better), "
+            "mean ± SE over seeds",
         )
     axes[0].legend(fontsize=7, loc="center left")
     learned = [(name, row["weights"]) for name, row in rows.items() if row.get("weights")]

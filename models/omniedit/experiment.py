@@ -7,8 +7,11 @@ scores every pair (SC x PQ, with rating noise). Editors are trained on
 - architecture x importance-sampled data: channel-concat, ControlNet-style, EditNet;
 
 and scored on held-out true edits: per-task PSNR, overall MSE / PSNR and the judged success rate
-(noise-free judge O >= 8), for two independent seeds. Editors are cached (``train.py``); the
-first run trains ten.
+(noise-free judge O >= 8), for five independent seeds. The trivial baseline is the identity edit
+(the source returned unchanged). Every score is a mean ± SE over seeds; the comparisons the
+study makes (curated - raw data, EditNet - concat, EditNet - ControlNet-style, ...) are paired
+differences over seeds (``edgekit.numeric.seed_summary``), shown only where |difference| > 2 SE.
+Editors are cached (``train.py``); the first run trains twenty-five.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import numpy as np
 
 from edgekit.models.omniedit.datastats import curation_stats
 from edgekit.models.omniedit.editors import parameter_count
-from edgekit.models.omniedit.evaluate import evaluate_runner
+from edgekit.models.omniedit.evaluate import evaluate_runner, score_edits
 from edgekit.models.omniedit.graphs import editor_graph
 from edgekit.models.omniedit.scenes import TASKS
 from edgekit.models.omniedit.train import OmniEditConfig, train_editor, variant
+from edgekit.numeric import mean_se, seed_summary
 from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure
 
@@ -39,8 +43,18 @@ RUNS = (
     ("concat", "importance"),
     ("controlnet", "importance"),
 )
+IDENTITY = "identity (no edit)"  # the trivial baseline: the source returned unchanged
 GRID_PER_TASK = 2
-SEEDS = (0, 1)
+SEEDS = (0, 1, 2, 3, 4)
+# (name, row, baseline row): the paired differences over seeds the study reports
+PAIRED = (
+    ("curated (filter) - raw", "editnet / filter", "editnet / none"),
+    ("curated (importance) - raw", "editnet / importance", "editnet / none"),
+    ("filter - importance", "editnet / filter", "editnet / importance"),
+    ("EditNet - concat", "editnet / importance", "concat / importance"),
+    ("EditNet - ControlNet-style", "editnet / importance", "controlnet / importance"),
+    ("raw - identity", "editnet / none", IDENTITY),
+)
 
 
 def _label(arch: str, curation: str) -> str:
@@ -48,11 +62,12 @@ def _label(arch: str, curation: str) -> str:
 
 
 def _mean_rows(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
-    """Average the metric dicts of several seeds; keeps each seed's PSNR and success."""
+    """Average the metric dicts of several seeds, with the SE over seeds of every overall
+    metric (``"psnr_se"``...); keeps each seed's PSNR, success and MSE."""
     first = per_seed[0]
-    row: dict[str, Any] = {
-        k: float(np.mean([r[k] for r in per_seed])) for k in ("mse", "psnr", "success", "judge")
-    }
+    row: dict[str, Any] = {}
+    for k in ("mse", "psnr", "success", "judge"):
+        row[k], row[f"{k}_se"] = mean_se([r[k] for r in per_seed])
     row["per_task"] = {
         task: {
             k: float(np.mean([r["per_task"][task][k] for r in per_seed]))
@@ -75,7 +90,8 @@ def run_study(
     show_progress: bool = True,
     seeds: tuple[int, ...] = SEEDS,
 ) -> dict[str, Any]:
-    """Train (or load) the five editors per seed and score them on held-out edits.
+    """Train (or load) the five editors per seed and score them, and the identity edit, on
+    held-out edits; ``paired`` holds the differences of ``PAIRED`` over seeds.
 
     Each seed is an independent replicate: its own scenes, specialist failures, judge noise,
     initialisation, batches and held-out set (``config.seed`` is replaced by it)."""
@@ -85,7 +101,7 @@ def run_study(
 
     torch.set_num_threads(1)
     config = config or OmniEditConfig()
-    per_seed: dict[str, list[dict[str, Any]]] = {_label(*run): [] for run in RUNS}
+    per_seed: dict[str, list[dict[str, Any]]] = {IDENTITY: []} | {_label(*r): [] for r in RUNS}
     data: list[dict[str, Any]] = []
     edits: dict[str, np.ndarray] = {}
     with step_progress("omniedit study", len(seeds) * (len(RUNS) + 1) + 1, show_progress) as step:
@@ -104,6 +120,16 @@ def run_study(
                 | {"seed": seed}
             )
             test = seeded.test_edits()
+            per_seed[IDENTITY].append(
+                score_edits(test.source.copy(), test)
+                | {
+                    "seed": seed,
+                    "arch": "identity",
+                    "curation": "-",
+                    "parameters": 0,
+                    "train_seconds": 0.0,
+                }
+            )
             for arch, curation in RUNS:
                 step(f"seed {seed}: train {arch} on {curation} data")
                 trained = train_editor(variant(seeded, arch, curation))
@@ -143,8 +169,23 @@ def run_study(
         "test_edits": len(grid_test),
         "data": data,
         "rows": {label: _mean_rows(rows) for label, rows in per_seed.items()},
+        "paired": {
+            name: {
+                metric: seed_summary(
+                    [r[metric] for r in per_seed[row]], [r[metric] for r in per_seed[base]]
+                )
+                for metric in ("psnr", "success")
+            }
+            for name, row, base in PAIRED
+        },
         "grid": grid,
     }
+
+
+def _pm(mean: float, se: float, digits: int, sign: bool = False) -> str:
+    """Mean ± SE as text (the SE is nan with one seed)."""
+    fmt = f"{'+' if sign else ''}.{digits}f"
+    return f"{mean:{fmt}} ± {se:.{digits}f}"
 
 
 def print_tables(report: dict[str, Any]) -> None:
@@ -168,21 +209,37 @@ def print_tables(report: dict[str, Any]) -> None:
         table.add_row(name, f"{failed:.3f}", f"{pairs:.0f}")
     console.print(table)
     table = Table(
-        title=f"held-out edits ({report['test_edits']} per seed), mean of seeds {seeds}: PSNR dB "
-        "per task (higher is better); overall PSNR and success (judged O >= 8) per seed"
+        title=f"held-out edits ({report['test_edits']} per seed), seeds {seeds}: PSNR dB per task "
+        "(mean over seeds, higher is better); overall PSNR and success (judged O >= 8) as "
+        "mean ± SE over seeds"
     )
-    cols = ("editor / data", *TASKS, "PSNR", "PSNR per seed", "success", "per seed", "params")
+    cols = ("editor / data", *TASKS, "PSNR dB", "success", "params")
     for col in cols:
         table.add_column(col, justify="left" if col == cols[0] else "right")
     for label, r in report["rows"].items():
         table.add_row(
             label,
             *(f"{r['per_task'][t]['psnr']:.1f}" for t in TASKS),
-            f"{r['psnr']:.2f}",
-            " / ".join(f"{s['psnr']:.1f}" for s in r["seeds"]),
-            f"{r['success']:.3f}",
-            " / ".join(f"{s['success']:.2f}" for s in r["seeds"]),
+            _pm(r["psnr"], r["psnr_se"], 2),
+            _pm(r["success"], r["success_se"], 3),
             f"{r['parameters']:,}",
+        )
+    console.print(table)
+    n = len(report["seeds"])
+    table = Table(
+        title=f"paired difference over the {n} seeds: mean ± SE (seeds where the first is "
+        "higher); shown = |difference| > 2 SE"
+    )
+    for col in ("difference", "PSNR dB", "success", "shown"):
+        table.add_column(col, justify="left" if col == "difference" else "right")
+    for name, d in report["paired"].items():
+        table.add_row(
+            name,
+            *(
+                f"{_pm(d[m]['diff'], d[m]['diff_se'], digits, sign=True)} ({d[m]['wins']}/{n})"
+                for m, digits in (("psnr", 2), ("success", 3))
+            ),
+            ", ".join(m for m in ("PSNR", "success") if d[m.lower()]["shown"]) or "none",
         )
     console.print(table)
 
@@ -238,14 +295,19 @@ def plot_metrics(report: dict[str, Any], path: Path) -> Path:
     top = max(rows[label]["per_task"][t]["psnr"] for label in labels for t in TASKS)
     ax_psnr.set_ylim(0, 1.3 * top)
     ax_psnr.legend(fontsize=7, ncol=3, loc="upper left")
-    ax_ok.barh(labels, [rows[label]["success"] for label in labels], color="tab:green")
+    ax_ok.barh(
+        labels,
+        [rows[label]["success"] for label in labels],
+        xerr=[np.nan_to_num(rows[label]["success_se"]) for label in labels],
+        color="tab:green",
+    )
     for y, label in enumerate(labels):
         ax_ok.plot(
             [s["success"] for s in rows[label]["seeds"]], [y] * len(rows[label]["seeds"]), "k."
         )
     ax_ok.set(
         xlim=(0, 1),
-        title="judged success (O >= 8)\nbars: mean, dots: seeds",
+        title="judged success (O >= 8)\nbars: mean ± SE, dots: seeds",
     )
     ax_ok.tick_params(labelsize=7)
     return save_figure(fig, path)

@@ -290,3 +290,37 @@ def test_bad_card_options_are_typed_errors() -> None:
         get_card("hissd", epochs=3)
     with pytest.raises(InputError, match="agent count"):
         HiSSDConfig(test_agents=(12,))
+
+
+def test_study_reports_mean_se_and_paired_differences_over_seeds(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgekit.models.hissd.experiment import AGAINST, SEEDS, SUMMARIES, print_table, run_study
+
+    assert SEEDS == (0, 1, 2, 3, 4)
+    monkeypatch.setenv("EDGEKIT_CACHE", str(cache))
+    seeds = (0, 1, 2)
+    report = run_study(HiSSDConfig(**TINY), seeds=seeds, episodes=4, show_progress=False)
+    rows = report["rows"]
+    assert "random (data)" in rows and set(AGAINST) <= set(rows)
+    for row in rows.values():
+        for key in SUMMARIES:
+            values = row[f"{key}_seeds"]
+            assert len(values) == len(seeds)
+            assert row[key] == pytest.approx(np.mean(values))
+            assert row[f"{key}_se"] == pytest.approx(np.std(values, ddof=1) / np.sqrt(3))
+    # HiSSD minus each baseline, paired seed by seed; "better" counts lower distances as wins
+    hissd = rows["HiSSD"]
+    assert set(report["paired"]) == {f"HiSSD - {other}" for other in AGAINST}
+    for other in AGAINST:
+        for key in SUMMARIES:
+            got = report["paired"][f"HiSSD - {other}"][key]
+            d = np.subtract(hissd[f"{key}_seeds"], rows[other][f"{key}_seeds"])
+            assert got["diff"] == pytest.approx(d.mean())
+            assert got["diff_se"] == pytest.approx(np.std(d, ddof=1) / np.sqrt(3))
+            assert got["better"] == int((d < 0 if key.endswith("distance") else d > 0).sum())
+            assert got["shown"] == (abs(d.mean()) > 2 * got["diff_se"])
+    print_table(report)
+    printed = capsys.readouterr().out
+    assert "random (data)" in printed and "±" in printed
+    assert "HiSSD - BC" in printed and "HiSSD - random (data)" in printed

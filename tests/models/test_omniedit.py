@@ -4,6 +4,7 @@ token interaction, training cache and ONNX vs torch parity."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -249,3 +250,46 @@ def test_bad_options_are_typed_errors() -> None:
         OmniEditConfig(failure_rate=1.5)
     with pytest.raises(InputError, match="steps"):
         OmniEditConfig(steps=10)
+
+
+def test_study_reports_identity_baseline_mean_se_and_paired_differences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgekit.models.omniedit.experiment import (
+        IDENTITY,
+        PAIRED,
+        SEEDS,
+        print_tables,
+        run_study,
+    )
+
+    assert SEEDS == (0, 1, 2, 3, 4)
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    config = OmniEditConfig(
+        train_count=48, test_count=8, dim=16, depth=1, heads=2, steps=15, batch=8, lr=1e-2
+    )
+    seeds = (0, 1, 2)
+    report = run_study(config, show_progress=False, seeds=seeds)
+    rows = report["rows"]
+    # the identity edit is scored on each seed's own held-out set: never a success
+    identity = rows[IDENTITY]
+    for s, seed in zip(identity["seeds"], seeds, strict=True):
+        test = replace(config, seed=seed).test_edits()
+        assert s["mse"] == pytest.approx(float(np.mean((test.source - test.target) ** 2)))
+        assert s["success"] == 0.0
+    for row in rows.values():
+        psnrs = [s["psnr"] for s in row["seeds"]]
+        assert row["psnr"] == pytest.approx(np.mean(psnrs))
+        assert row["psnr_se"] == pytest.approx(np.std(psnrs, ddof=1) / np.sqrt(len(seeds)))
+    assert set(report["paired"]) == {name for name, _, _ in PAIRED}
+    for name, first, base in PAIRED:
+        for metric in ("psnr", "success"):
+            d = np.subtract(
+                [s[metric] for s in rows[first]["seeds"]], [s[metric] for s in rows[base]["seeds"]]
+            )
+            got = report["paired"][name][metric]
+            assert got["diff"] == pytest.approx(d.mean()) and got["wins"] == int((d > 0).sum())
+            assert got["diff_se"] == pytest.approx(np.std(d, ddof=1) / np.sqrt(len(seeds)))
+    print_tables(report)
+    printed = capsys.readouterr().out
+    assert IDENTITY in printed and "±" in printed and "EditNet - concat" in printed
