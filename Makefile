@@ -38,10 +38,12 @@ $(BROWSER_STAMP):
 	else echo "install Debian's chromium and chromium-driver to run the browser test"; fi
 	touch $(BROWSER_STAMP)
 
-## The test suite (what CI runs).
-## Prints the ten slowest tests and the suite's wall time at the end.
+## The test suite (what CI runs), one worker per core up to 4 (TEST_WORKERS=1: one process);
+## each test file runs whole on one worker. Prints the ten slowest tests and the wall time.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: $(STAMP) $(BROWSER_STAMP)
-	@start=$$(date +%s); $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10; rc=$$?; \
+	@start=$$(date +%s); $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 \
+		-n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc, cache $${EDGEKIT_CACHE:-$$HOME/.cache/edgekit}"; \
 	exit $$rc
 
