@@ -45,6 +45,10 @@ class MM15Summary:
 EVAL_EXAMPLES = 24  # per category, for evaluate / agreement
 
 
+#: options of ``edgekit eval mm15`` that are not recipe fields (experiment.study_arguments)
+STUDY_OPTIONS = ("seeds", "variants")
+
+
 class MM15Card(ModelCard):
     """The full-recipe model (pre-train -> continual pre-train -> SFT, image splitting on)."""
 
@@ -73,7 +77,8 @@ class MM15Card(ModelCard):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        fields = {k: v for k, v in options.items() if k != "recipe"}
+        # ``seeds`` / ``variants`` (all or headline) shape ``edgekit eval mm15``'s study only
+        fields = {k: v for k, v in options.items() if k not in ("recipe", *STUDY_OPTIONS)}
         self.config = config_from_options("mm15", MM15Config, fields)
         # ``recipe``: the staged data mixture in Recipe.from_dict form (default DEFAULT_RECIPE)
         self.recipe = Recipe.from_dict(options["recipe"]) if "recipe" in options else None

@@ -326,3 +326,74 @@ def test_onnx_greedy_decoding_matches_torch(
     ground = make_examples("ground", 2, 0)
     assert score(ground, [ground[0].answer, "<box>0,0,1,1</box>"], 32, 16).tolist() == [1, 0]
     assert score(examples[:1], [examples[0].answer], 32, 16).tolist() == [1]
+
+
+def test_constant_answer_chance_is_the_best_blind_guess() -> None:
+    from edgekit.models.mm15.experiment import (
+        chance_levels,
+        constant_answer_chance,
+        constant_char_chance,
+    )
+
+    count = make_examples("count", 40, 1)
+    answers = [e.answer for e in count]
+    assert constant_answer_chance(count, 32, 16) == max(map(answers.count, answers)) / 40
+    assert constant_char_chance(["123", "143", "923"]) == pytest.approx(7 / 9)
+    test = {c: make_examples(c, 30, 2) for c in CATEGORIES}
+    chance = chance_levels(test, 32, 16)
+    # one constant box grounds at least the shape it was taken from, far from every shape
+    assert 1 / 30 <= chance["ground"] < 0.5 and chance["ground_ceiling"] > 0.9
+    assert 0 < chance["ocr"] <= chance["ocr_char"] < 0.5
+
+
+def test_study_summarises_seeds_against_the_full_recipe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dataclasses import replace
+
+    from edgekit.models.mm15 import experiment
+
+    config = replace(_tiny(tmp_path, monkeypatch), max_text=48)  # room for a whole caption
+    recipe = Recipe.from_dict(
+        {
+            "stages": [
+                {"name": "pretrain", "steps": 2, "lr": 1e-3, "mixture": {"caption": 1.0}},
+                {"name": "sft", "steps": 2, "lr": 1e-3, "mixture": {"count": 1, "refer": 1}},
+            ]
+        }
+    )
+    names = ("no splitting (overview only)", "without count")
+    report = experiment.run_study(
+        config, recipe, show_progress=False, seeds=2, variants=names, test_examples=4
+    )
+    assert report["seeds"] == [0, 1]
+    rows = report["rows"]
+    assert list(rows) == ["full recipe", *names] and rows["full recipe"]["diff"] is None
+    for name in names:
+        for c in experiment.COLUMNS:
+            values, full = rows[name]["seed_metrics"][c], rows["full recipe"]["seed_metrics"][c]
+            assert len(values) == 2 and rows[name]["metrics"][c] == pytest.approx(np.mean(values))
+            assert rows[name]["diff"][c]["diff"] == pytest.approx(np.mean(values) - np.mean(full))
+    # each seed trains its own stages: 2 full-recipe stages, 2 overview-only, 1 SFT without count
+    assert len(list((tmp_path / "cache" / "mm15").glob("*.pt"))) == 2 * (2 + 2 + 1)
+    assert len(report["chance"]["per_seed"]) == 2 and 0 < report["chance"]["count"] <= 1
+    experiment.print_table(report)
+    printed = capsys.readouterr().out
+    assert "2 seeds (0..1)" in printed and "constant answer (chance)" in printed
+    with pytest.raises(InputError, match="variants"):
+        experiment.run_study(config, recipe, show_progress=False, variants=("without vision",))
+
+
+def test_study_options_of_the_card() -> None:
+    """``--option seeds=3 --option variants=headline`` reach run_study; bad values are one
+    clear error; neither is taken for a recipe field."""
+    from edgekit.errors import InputError
+    from edgekit.models.mm15.card import MM15Card
+    from edgekit.models.mm15.experiment import HEADLINE, SEEDS, study_arguments
+
+    card = MM15Card(seeds="3", variants="headline")
+    assert study_arguments(card.options) == {"seeds": 3, "variants": HEADLINE}
+    assert study_arguments(MM15Card().options) == {"seeds": SEEDS, "variants": None}
+    for bad in ({"seeds": "0"}, {"seeds": "two"}, {"variants": "some"}):
+        with pytest.raises(InputError, match="mm15: option"):
+            study_arguments(bad)

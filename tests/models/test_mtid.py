@@ -319,3 +319,53 @@ def test_bad_inputs_are_typed_errors() -> None:
 
     with pytest.raises(InputError, match="MTIDConfig"):
         get_card("mtid", epochs=3)
+
+
+def test_most_common_plan_is_the_mode_of_each_tasks_training_plans() -> None:
+    from edgekit.models.mtid.experiment import most_common_plans
+    from edgekit.models.mtid.tasks import Plans
+
+    actions = np.array([[1, 2], [1, 2], [3, 4], [5, 6], [5, 6], [7, 0]])
+    task = np.array([0, 0, 0, 1, 1, 1])
+    obs = np.zeros((6, 2), np.float32)
+    plans = Plans(task, actions, obs, obs)
+    np.testing.assert_array_equal(most_common_plans(plans, 3), [[1, 2], [5, 6], [1, 2]])
+
+
+def test_study_summarises_seeds_with_paired_differences(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgekit.models.mtid import experiment
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    config = MTIDConfig(
+        tasks=3, actions=8, per_task=4, obs_dim=8, noise=0.3, concentration=0.2,
+        train_plans=300, test_plans=60, dim=8, depth=1, heads=2, steps=5,
+        classifier_steps=5, batch=32, seed=3,
+    )  # fmt: skip
+    report = experiment.run_study(config, show_progress=False, seeds=2)
+    assert report["seeds"] == [3, 4] and len(report["per_seed"]) == 2
+    rows = report["rows"]
+    assert list(rows) == [*experiment.VARIANTS, experiment.TRIVIAL, experiment.ORACLE]
+    # MTID is paired with the PDPP-style planner, every other planner with MTID
+    assert rows["MTID"]["vs"] == "none (PDPP-style)" and rows["none (PDPP-style)"]["diff"] is None
+    assert {rows[n]["vs"] for n in rows if n not in ("MTID", "none (PDPP-style)")} == {"MTID"}
+    for name, row in rows.items():
+        per_seed = [seed_rows[name]["success_rate"] for seed_rows in report["per_seed"]]
+        assert row["success_rate_seeds"] == per_seed
+        assert row["success_rate"] == pytest.approx(np.mean(per_seed))
+        assert row["success_rate_se"] == pytest.approx(np.std(per_seed, ddof=1) / math.sqrt(2))
+        if row["vs"] is not None:
+            ref = [seed_rows[row["vs"]]["success_rate"] for seed_rows in report["per_seed"]]
+            d = np.subtract(per_seed, ref)
+            assert row["diff"]["diff"] == pytest.approx(d.mean())
+            assert row["diff"]["wins"] == int((d > 0).sum())
+    # the ceiling knows the world: it plans at least as well as the trivial planner
+    assert rows["Bayes-optimal"]["success_rate"] >= rows["most common plan"]["success_rate"]
+    assert len(report["alphas"]) == 3 and len(report["alphas_per_seed"]) == 2
+    experiment.print_table(report)
+    printed = capsys.readouterr().out
+    assert "2 seeds (3..4)" in printed and "most common plan" in printed
+    assert "(reference)" in printed
+    with pytest.raises(InputError, match="seeds"):
+        experiment.run_study(config, show_progress=False, seeds=0)
