@@ -123,9 +123,24 @@ MIX_RECIPE = replace(
     mix_split="train",
     mix_share=0.5,
 )
+# The mix stage continued on the default's 24-frame windows of 48-frame clips (whole exits and
+# occlusions in one window), with the default's odds (crossing and occlusion 3x, exit 2x), half
+# cutout and half synthetic clips, lr 2e-4, 160 steps on clips no earlier stage drew (an option).
+MIX_LONG_RECIPE = replace(
+    MIX_RECIPE,
+    steps=160,
+    seed=13,
+    clip_offset=60_000,
+    frames=24,
+    source_frames=48,
+    lr=2e-4,
+    case_weights=(1.0, 1.0, 3.0, 3.0, 2.0),
+    init=MIX_RECIPE,
+)
 #: the card's ``recipe`` option: the last stage of each recipe (earlier stages via ``init``)
 RECIPES: dict[str, TrainConfig] = {
     "default": DEFAULT_RECIPE, "wide": WIDE_RECIPE, "cutout": CUTOUT_RECIPE, "mix": MIX_RECIPE,
+    "mix-long": MIX_LONG_RECIPE,
 }  # fmt: skip
 
 
