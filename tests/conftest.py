@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 # helper modules whose asserts should explain a failure as a test's would
-pytest.register_assert_rewrite("sam2_meta_helpers", "sam2_fake_graphs")
+pytest.register_assert_rewrite("sam2_meta_helpers", "sam2_fake_graphs", "model_exports")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,6 +1,6 @@
 """The official SAM 2.1 card: checkpoint loading and its errors, options, the CLI's --option.
 
-The bundle path (export, verify with rollout parity, self-test) runs in test_model_exports.py
+The bundle path (export, verify with rollout parity, self-test) runs in test_model_exports_sam2.py
 with seeded random weights at 128x128.
 """
 
