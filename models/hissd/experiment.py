@@ -28,7 +28,7 @@ import numpy as np
 from edgekit.models.hissd.data import BEHAVIOURS, episode_returns
 from edgekit.models.hissd.evaluate import rollout
 from edgekit.models.hissd.train import HiSSDConfig, train_policy
-from edgekit.numeric import mean_se, seed_summary
+from edgekit.numeric import format_mean_se, mean_se, seed_summary
 from edgekit.study import save_figure, write_study
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -151,12 +151,6 @@ def _paired(values: list[float], against: list[float], key: str) -> dict[str, An
     return out
 
 
-def _pm(mean: float, se: float, digits: int = 3, sign: bool = False) -> str:
-    """Mean ± SE as text (the SE is nan with one seed)."""
-    fmt = f"{'+' if sign else ''}.{digits}f"
-    return f"{mean:{fmt}} ± {se:.{digits}f}"
-
-
 def print_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -185,7 +179,7 @@ def print_table(report: dict[str, Any]) -> None:
         table.add_row(
             name,
             *cells,
-            *(_pm(row[key], row[f"{key}_se"]) for key in SUMMARIES),
+            *(format_mean_se(row[key], row[f"{key}_se"]) for key in SUMMARIES),
             "-" if secs is None else f"{secs:.0f}",
         )
     console = wide_console()
@@ -199,7 +193,7 @@ def print_table(report: dict[str, Any]) -> None:
         paired.add_column(col, justify="right")
     for name, diffs in report["paired"].items():
         cells = [
-            f"{_pm(d['diff'], d['diff_se'], sign=True)} ({d['better']}/{len(seeds)})"
+            f"{format_mean_se(d['diff'], d['diff_se'], '+')} ({d['better']}/{len(seeds)})"
             for d in (diffs[key] for key in SUMMARIES)
         ]
         shown = [

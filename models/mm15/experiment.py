@@ -34,7 +34,7 @@ from edgekit.models.mm15.graphs import mm15_graphs
 from edgekit.models.mm15.mixture import DEFAULT_RECIPE, Recipe
 from edgekit.models.mm15.tasks import CATEGORIES, MAX_COUNT, SHAPES, Example
 from edgekit.models.mm15.train import MM15Config, train_recipe
-from edgekit.numeric import mean_se, seed_summary
+from edgekit.numeric import format_mean_se, mean_se, seed_summary
 from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
 
@@ -259,11 +259,6 @@ def run_study(
     }
 
 
-def _pm(mean: float, se: float, sign: str = "") -> str:
-    spread = "n/a" if not np.isfinite(se) else f"{se:.2f}"
-    return f"{mean:{sign}.2f} ± {spread}"
-
-
 def print_table(report: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -285,12 +280,14 @@ def print_table(report: dict[str, Any]) -> None:
     for col in COLUMNS:
         table.add_column(col.replace("_", " "), justify="right")
     table.add_column("train s, all seeds", justify="right")
-    table.add_row(CHANCE, *(_pm(chance[c], chance["se"][c]) for c in COLUMNS), "")
+    table.add_row(
+        CHANCE, *(format_mean_se(chance[c], chance["se"][c], digits=2) for c in COLUMNS), ""
+    )
     for name, row in report["rows"].items():
         dropped = name.removeprefix("without ") if name.startswith("without ") else None
         cells = []
         for c in COLUMNS:
-            text = _pm(row["metrics"][c], row["se"][c])
+            text = format_mean_se(row["metrics"][c], row["se"][c], digits=2)
             cells.append(f"[bold red]{text}[/]" if c.split("_")[0] == dropped else text)
         table.add_row(name, *cells, f"{row['train_seconds']:.0f}")
     console.print(table)
@@ -305,7 +302,9 @@ def print_table(report: dict[str, Any]) -> None:
         for c in COLUMNS:
             d = row["diff"][c]
             mark = " *" if d["shown"] else ""
-            cells.append(f"{_pm(d['diff'], d['diff_se'], '+')} ({d['wins']}/{n}){mark}")
+            cells.append(
+                f"{format_mean_se(d['diff'], d['diff_se'], '+', 2)} ({d['wins']}/{n}){mark}"
+            )
         diffs.add_row(name, *cells)
     console.print(diffs)
     console.print(

@@ -30,7 +30,7 @@ from edgekit.models.mtid.oracle import map_plans
 from edgekit.models.mtid.sampling import plan
 from edgekit.models.mtid.tasks import Plans, World
 from edgekit.models.mtid.train import MTIDConfig, train_mtid
-from edgekit.numeric import mean_se, seed_summary
+from edgekit.numeric import format_mean_se, mean_se, seed_summary
 from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure, write_study
 
@@ -187,9 +187,8 @@ def run_study(
 
 
 def _pm(mean: float, se: float, sign: str = "") -> str:
-    """``mean ± se`` in percent points (an SE of nan, one seed, prints as "n/a")."""
-    spread = "n/a" if not np.isfinite(se) else f"{100 * se:.1f}"
-    return f"{100 * mean:{sign}.1f} ± {spread}"
+    """``mean ± se`` of a rate, in percent points."""
+    return format_mean_se(100 * mean, 100 * se, sign, digits=1)
 
 
 def _diff(row: dict[str, Any], seeds: int) -> str:

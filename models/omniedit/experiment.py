@@ -29,7 +29,7 @@ from edgekit.models.omniedit.evaluate import evaluate_runner, score_edits
 from edgekit.models.omniedit.graphs import editor_graph
 from edgekit.models.omniedit.scenes import TASKS
 from edgekit.models.omniedit.train import OmniEditConfig, train_editor, variant
-from edgekit.numeric import mean_se, seed_summary
+from edgekit.numeric import format_mean_se, mean_se, seed_summary
 from edgekit.runtimes.torch import eager_runners
 from edgekit.study import save_figure
 
@@ -182,12 +182,6 @@ def run_study(
     }
 
 
-def _pm(mean: float, se: float, digits: int, sign: bool = False) -> str:
-    """Mean ± SE as text (the SE is nan with one seed)."""
-    fmt = f"{'+' if sign else ''}.{digits}f"
-    return f"{mean:{fmt}} ± {se:.{digits}f}"
-
-
 def print_tables(report: dict[str, Any]) -> None:
     from rich.table import Table
 
@@ -220,8 +214,8 @@ def print_tables(report: dict[str, Any]) -> None:
         table.add_row(
             label,
             *(f"{r['per_task'][t]['psnr']:.1f}" for t in TASKS),
-            _pm(r["psnr"], r["psnr_se"], 2),
-            _pm(r["success"], r["success_se"], 3),
+            format_mean_se(r["psnr"], r["psnr_se"], digits=2),
+            format_mean_se(r["success"], r["success_se"]),
             f"{r['parameters']:,}",
         )
     console.print(table)
@@ -236,7 +230,7 @@ def print_tables(report: dict[str, Any]) -> None:
         table.add_row(
             name,
             *(
-                f"{_pm(d[m]['diff'], d[m]['diff_se'], digits, sign=True)} ({d[m]['wins']}/{n})"
+                f"{format_mean_se(d[m]['diff'], d[m]['diff_se'], '+', digits)} ({d[m]['wins']}/{n})"
                 for m, digits in (("psnr", 2), ("success", 3))
             ),
             ", ".join(m for m in ("PSNR", "success") if d[m.lower()]["shown"]) or "none",
