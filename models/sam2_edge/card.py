@@ -137,10 +137,22 @@ MIX_LONG_RECIPE = replace(
     case_weights=(1.0, 1.0, 3.0, 3.0, 2.0),
     init=MIX_RECIPE,
 )
+# Real objects hidden by real objects (an option): the mix-long stage continued on clips whose
+# occlusions are by a larger cut-out object passing in front for many frames (clips.py
+# "train-occluder") instead of a bar, occlusion twice as likely as crossing or exit, half
+# synthetic clips, 160 steps of 24-frame windows on clips no earlier stage drew.
+OCCLUDER_RECIPE = replace(
+    MIX_LONG_RECIPE,
+    split="train-occluder",
+    seed=14,
+    clip_offset=80_000,
+    case_weights=(1.0, 1.0, 2.0, 4.0, 2.0),
+    init=MIX_LONG_RECIPE,
+)
 #: the card's ``recipe`` option: the last stage of each recipe (earlier stages via ``init``)
 RECIPES: dict[str, TrainConfig] = {
     "default": DEFAULT_RECIPE, "wide": WIDE_RECIPE, "cutout": CUTOUT_RECIPE, "mix": MIX_RECIPE,
-    "mix-long": MIX_LONG_RECIPE,
+    "mix-long": MIX_LONG_RECIPE, "occluder": OCCLUDER_RECIPE,
 }  # fmt: skip
 
 

@@ -26,6 +26,11 @@ objects are regions cut from the photos themselves (``cutouts.py``: adjacent sup
 into one irregular region, real texture, internal edges and shading, up to twice as large), the
 second object often cut from the main object's photo (a distractor of the same colours), and
 each clip is lit differently over time and sometimes motion-blurred.
+``train-occluder`` is ``train-cutout`` with one change: in its ``occlusion`` clips the object
+is hidden by another cut-out object (id 2, two to three times its size, often cut from the same
+photo) that passes in front of it for many frames, instead of by a bar. A real tracked object is
+hidden by other real things (a passing car, a person), and a tracker trained only on bars
+learns to follow whatever covers its object.
 """
 
 from __future__ import annotations
@@ -59,7 +64,9 @@ HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
 WIDE_PHOTOS = ("china", "flower", "grace_hopper", "hubble_deep_field")
 SPLIT_SEEDS = {
     "train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017, "train-cutout": 5_500_021,
+    "train-occluder": 6_600_029,
 }  # fmt: skip
+CUTOUT_SPLITS = ("train-cutout", "train-occluder")  # splits whose objects are cut from photos
 DEFAULT_SIZE = 256
 WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
 
@@ -132,7 +139,7 @@ def _read_photo(name: str) -> np.ndarray:
 def _photos(split: str) -> tuple[str, ...]:
     if split not in SPLIT_SEEDS:
         raise InputError(f"unknown split '{split}'; expected one of {', '.join(SPLIT_SEEDS)}")
-    if split in ("train-wide", "train-cutout"):
+    if split in ("train-wide", *CUTOUT_SPLITS):
         return TRAIN_PHOTOS + WIDE_PHOTOS
     return TRAIN_PHOTOS if split == "train" else HELDOUT_PHOTOS
 
@@ -250,13 +257,38 @@ def _drifting(rng, size, frames, radius, shape, scale_to=1.0) -> _Object:
     )
 
 
+def _occluded_by_object(rng, size, frames, shape) -> list[_Object]:
+    """An ``occlusion`` clip without a bar: the object (id 1) drifts slowly while a larger one
+    (id 2, radius 1.8-2.6x) crosses the frame in front of it along a line through where the
+    first one is mid-clip, so the first is hidden for a stretch of frames (about a quarter of
+    the clip) and visible at both ends."""
+    r = rng.uniform(0.07, 0.11) * size
+    drift = rng.uniform(0.0, 1.0) * frames * rng.choice([-1.0, 1.0], size=2) / 2
+    start = _inside_point(rng, size, r + abs(drift).max() + 4)
+    hidden = _Object(
+        *shape(r), _linear_path(start, start + drift, frames), np.ones(frames), _spin(rng, frames)
+    )
+    meet = hidden.centres[frames // 2]
+    direction = rng.uniform(0, 2 * np.pi)
+    unit = np.array([np.cos(direction), np.sin(direction)])
+    reach = rng.uniform(0.35, 0.5) * size
+    cover = _Object(
+        *shape(r * rng.uniform(1.8, 2.6)),
+        _linear_path(meet - reach * unit, meet + reach * unit, frames),
+        np.ones(frames),
+        _spin(rng, frames) * 0.3,
+    )
+    return [hidden, cover]
+
+
 def _case_objects(
-    case, rng, size, frames, shape, enlarge=None
+    case, rng, size, frames, shape, enlarge=None, occluder=False
 ) -> tuple[list[_Object], list[int], tuple | None]:
     """The objects of one motion case (the case's own first), their drawing order (back to
     front) and the occluding bar (axis, lo, hi) or None. ``shape(radius)`` -> (outline,
     texture); ``enlarge()``, where given, scales the radius of objects that need not hide behind
-    a bar or leave the frame (linear, scale, crossing, the second object)."""
+    a bar or leave the frame (linear, scale, crossing, the second object). With ``occluder``
+    an occlusion is by a second object passing in front (``_occluded_by_object``), not a bar."""
     larger = enlarge or (lambda: 1.0)
     radius = lambda: rng.uniform(0.08, 0.17) * size  # noqa: E731
     bar = None
@@ -282,6 +314,8 @@ def _case_objects(
                     _spin(rng, frames),
                 )
             )
+    elif case == "occlusion" and occluder:
+        objects = _occluded_by_object(rng, size, frames, shape)
     elif case == "occlusion":
         r = rng.uniform(0.06, 0.1) * size
         axis = int(rng.integers(2))  # 0: vertical bar (object moves along x), 1: horizontal
@@ -306,7 +340,8 @@ def _case_objects(
     else:
         raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
     order = list(range(len(objects)))  # back to front
-    if case != "crossing" and rng.random() < 0.6:  # an independent second object (id 2)
+    # an independent second object (id 2) where the case has one object
+    if case != "crossing" and len(objects) == 1 and rng.random() < 0.6:
         objects.append(_drifting(rng, size, frames, radius() * larger(), shape))
         order.insert(int(rng.integers(2)), 1)
     return objects, order, bar
@@ -373,11 +408,13 @@ def make_clip(
     for attempt in range(100):
         rng = np.random.default_rng([SPLIT_SEEDS[split], index, frames, size, attempt])
         background = photos[int(rng.integers(len(photos)))]
-        if split == "train-cutout":
+        if split in CUTOUT_SPLITS:
             from edgekit.models.sam2_edge.cutouts import CutoutShapes
 
             shapes = CutoutShapes(rng, photos, background)
-            objects, order, bar = _case_objects(case, rng, size, frames, shapes, shapes.enlarge)
+            objects, order, bar = _case_objects(
+                case, rng, size, frames, shapes, shapes.enlarge, split == "train-occluder"
+            )
         else:
             shape = partial(_shape, rng, partial(_texture, rng, photos, background))
             objects, order, bar = _case_objects(case, rng, size, frames, shape)
@@ -387,10 +424,11 @@ def make_clip(
             photo = _turned(photo, rng)
         base = _background_frames(rng, photo, size, frames)
         pixels, masks, overlapped = _render(objects, order, bar, bar_texture, base, flat)
-        if split == "train-cutout" and not flat:
+        if split in CUTOUT_SPLITS and not flat:
             pixels = shapes.relight(pixels)
         first_area = masks[0].sum(axis=(1, 2)).min()
-        if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped):
+        occluded = split == "train-occluder" and case == "occlusion"
+        if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped, occluded):
             ids = tuple(range(1, len(objects) + 1))
             return Clip(pixels, masks, ids, case, background, split, index)
     raise RuntimeError(
@@ -431,10 +469,15 @@ def _render(objects, order, bar, bar_texture, base, flat) -> tuple[np.ndarray, n
     return frames_u8, masks, overlapped
 
 
-def _case_happens(case: str, masks: np.ndarray, overlapped: bool) -> bool:
+def _case_happens(case: str, masks: np.ndarray, overlapped: bool, occluded=False) -> bool:
     """The case's event is in the clip: an object hidden for a while and visible again at the
-    end (occlusion, exit), or one object passing over another (crossing)."""
+    end (occlusion, exit), or one object passing over another (crossing). ``occluded``: the
+    first object is visible on the first and last frames and hidden behind the second for at
+    least an eighth of the frames (two at least)."""
     hidden = ~masks.any(axis=(2, 3))  # (T, K)
+    if occluded:
+        first = hidden[:, 0]
+        return not first[0] and not first[-1] and first.sum() >= max(2, len(first) // 8)
     if case in ("occlusion", "exit"):
         back = hidden.any(axis=0) & ~hidden[-1]  # hidden at some point, visible at the end
         return bool(back.any())

@@ -72,3 +72,32 @@ def test_training_splits_include_cutouts():
     assert config.split == "train-cutout" and config.init is not None
     with pytest.raises(InputError, match="held-out split is never trained on"):
         SAM2EdgeCard(split="heldout").train_config()
+
+
+def test_occluder_clips_hide_the_object_behind_another_object():
+    """``train-occluder``: the occlusion is by a second cut-out object passing in front (no
+    bar), the first object is visible at both ends and hidden for a stretch in between, and the
+    pixels it had just before it vanished are the occluder's while it is hidden."""
+    for index in (3, 8):
+        clip = C.make_clip("train-occluder", index, frames=24, case="occlusion")
+        hidden = clip.hidden[:, 0]
+        assert not hidden[0] and not hidden[-1] and hidden.sum() >= 3, hidden
+        assert len(clip.object_ids) >= 2 and not clip.hidden[:, 1].all()
+        gone = int(np.flatnonzero(hidden)[0])
+        last_seen = clip.masks[gone - 1, 0]
+        covered = clip.masks[gone, 1][last_seen].mean()  # the occluder's share of those pixels
+        assert covered > 0.5, covered
+        again = C.make_clip("train-occluder", index, frames=24, case="occlusion")
+        assert np.array_equal(again.masks, clip.masks)
+    # the other cases are the cutout split's own, drawn from its own seed
+    linear = C.make_clip("train-occluder", 5, frames=6, case="linear")
+    assert linear.split == "train-occluder" and len(linear.object_ids) in (1, 2)
+
+
+def test_occluder_recipe_continues_mix_long_on_occluder_clips():
+    from edgekit.models.sam2_edge.card import RECIPES, SAM2EdgeCard
+
+    config = SAM2EdgeCard(recipe="occluder").train_config()
+    assert config.split == "train-occluder" and config.mix_split == "train"
+    assert config.init == RECIPES["mix-long"]
+    assert config.case_weights[C.CASES.index("occlusion")] == max(config.case_weights)
