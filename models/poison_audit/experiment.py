@@ -25,7 +25,7 @@ from edgekit.models.poison_audit import audit, data, methods
 class StudyConfig:
     """Sizes of the study."""
 
-    seeds: tuple[int, ...] = (0, 1)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     poison_count: int = 200
     eps: float = 0.3
     train_epochs: int = 60
@@ -67,17 +67,28 @@ def run_study(config: StudyConfig | None = None, show_progress: bool = True) -> 
 
 
 def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per method (in first-seen order): mean score, mean z, mean test accuracy, mean seconds,
-    and on how many seeds the poison counted as removed."""
+    """Per method (in first-seen order): mean score with its SE and spread over seeds, the
+    paired difference from retraining on the same seeds (``vs_retrain``:
+    ``edgekit.numeric.seed_summary``), mean z, mean test accuracy, mean seconds, and on how
+    many seeds the poison counted as removed."""
+    from edgekit.numeric import seed_summary
+
     names = list(dict.fromkeys(r["method"] for r in rows))
+    reference = {r["seed"]: r["score"] for r in rows if r["method"] == "retrain"}
     out = []
     for name in names:
         mine = [r for r in rows if r["method"] == name]
+        scores = [r["score"] for r in mine]
+        paired = None
+        if reference and name != "retrain":
+            paired = seed_summary(scores, against=[reference[r["seed"]] for r in mine])
         out.append(
             {
                 "method": name,
-                "score": float(np.mean([r["score"] for r in mine])),
-                "score_std": float(np.std([r["score"] for r in mine])),
+                "score": float(np.mean(scores)),
+                "score_se": seed_summary(scores)["se"],
+                "score_std": float(np.std(scores)),
+                "vs_retrain": paired,
                 "z": float(np.mean([r["z"] for r in mine])),
                 "test_accuracy": float(np.mean([r["test_accuracy"] for r in mine])),
                 "seconds": float(np.mean([r["seconds"] for r in mine])),
@@ -91,19 +102,28 @@ def print_report(report: dict[str, Any], console: Any) -> None:
     """The summary as a rich table."""
     from rich.table import Table
 
+    from edgekit.numeric import format_diff, format_mean_se
+
     cfg = report["config"]
     table = Table(
         title=f"Gaussian unlearning score (mean z over {cfg['poison_count']} poisoned digits, "
         f"eps = {cfg['eps']}; null: 0 +- {report['null_band']:.3f}) over seeds {cfg['seeds']}"
     )
-    for col in ("method", "score", "z", "test acc", "seconds", "poison removed"):
+    columns = ("method", "score (mean ± SE)", "- retrain (paired)", "z", "test acc", "seconds",
+               "poison removed")  # fmt: skip
+    for col in columns:
         table.add_column(col, justify="right")
     for r in report["summary"]:
         table.add_row(
-            r["method"], f"{r['score']:+.3f} +- {r['score_std']:.3f}", f"{r['z']:+.2f}",
+            r["method"], format_mean_se(r["score"], r["score_se"], "+"),
+            format_diff(r["vs_retrain"]) if r["vs_retrain"] else "-", f"{r['z']:+.2f}",
             f"{r['test_accuracy']:.4f}", f"{r['seconds']:.2f}", r["removed"],
         )  # fmt: skip
     console.print(table)
+    console.print(
+        f"mean ± SE over the {len(cfg['seeds'])} seeds; paired: the method's score minus "
+        "retraining's on the same seed, seeds where it is higher; * where |difference| > 2 SE"
+    )
 
 
 def plot_report(report: dict[str, Any], path: Path) -> None:

@@ -141,3 +141,29 @@ def test_study_writes_report_and_plot(tmp_path: Path) -> None:
     names = [r["method"] for r in saved["summary"]]
     assert names[0] == "poisoned" and names[-1] == "retrain" and len(names) == 10
     assert report["null_band"] == pytest.approx(audit.Z_REMOVED / math.sqrt(50))
+
+
+@pytest.mark.study
+def test_study_pairs_every_method_with_retraining_per_seed(tmp_path: Path) -> None:
+    """Scores over seeds are mean ± SE, and each method's difference from retraining is paired
+    on the seed (checked by hand from the per-seed rows)."""
+    config = StudyConfig(seeds=(0, 1), train_epochs=4, poison_count=40)
+    report = write_study(tmp_path, False, config)
+    rows = report["rows"]
+    retrain = {r["seed"]: r["score"] for r in rows if r["method"] == "retrain"}
+    for summary in report["summary"]:
+        mine = [r for r in rows if r["method"] == summary["method"]]
+        scores = np.array([r["score"] for r in mine])
+        assert summary["score"] == pytest.approx(scores.mean())
+        assert summary["score_se"] == pytest.approx(scores.std(ddof=1) / math.sqrt(2))
+        if summary["method"] == "retrain":
+            assert summary["vs_retrain"] is None
+            continue
+        diffs = scores - np.array([retrain[r["seed"]] for r in mine])
+        assert summary["vs_retrain"]["diff"] == pytest.approx(diffs.mean())
+        assert summary["vs_retrain"]["diff_se"] == pytest.approx(diffs.std(ddof=1) / math.sqrt(2))
+        assert summary["vs_retrain"]["wins"] == int((diffs > 0).sum())
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert (
+        saved["summary"][0]["vs_retrain"]["values"] == report["summary"][0]["vs_retrain"]["values"]
+    )
