@@ -49,6 +49,18 @@ class StreamConfig:
     - ``memory_min_iou``: the same selection by the IoU head's prediction for the chosen mask
       (SAMURAI's mask-affinity test): only tracked frames whose predicted IoU is above it
       enter the bank. Combined with ``memory_min_score``, a frame must pass both.
+    - ``motion_weight``: SAMURAI's motion-aware mask selection (``edgekit.segmentation.motion``;
+      SAMURAI's ``kf_score_weight``, 0.25 in its configs). None: off (SAM 2). A weight w in
+      [0, 1]: a Kalman filter follows each object's box; once it has been corrected
+      ``motion_warmup`` frames in a row (SAMURAI's ``stable_frames_threshold``, 15), a tracked
+      frame takes the multimask output maximising w * IoU(predicted box, mask box) + (1 - w) *
+      predicted IoU. The filter is corrected with the chosen box while that mask's predicted
+      IoU is above ``motion_min_iou`` (``stable_ious_threshold``, 0.3) and restarts otherwise.
+      Needs ``multimask_tracking``.
+    - ``memory_min_motion``: memory selection by the chosen mask's motion IoU (SAMURAI's
+      ``memory_bank_kf_score_threshold``): a frame scored by the motion model enters the bank
+      only if its box's IoU with the predicted box is above it (frames before the filter is
+      stable pass). Placed by rank, as ``memory_min_score``.
     - ``multimask_tracking``: tracked frames take the best of the 3 multimask outputs by
       predicted IoU (SAM 2's ``multimask_output_for_tracking``, True); False: the single-mask
       output (token 0) and its pointer.
@@ -89,6 +101,10 @@ class StreamConfig:
     memory_min_score: float | None = None
     memory_min_iou: float | None = None
     multimask_tracking: bool = True
+    motion_weight: float | None = None
+    motion_warmup: int = 15
+    motion_min_iou: float = 0.3
+    memory_min_motion: float | None = None
     mask_threshold: float = 0.0
     fill_hole_area: int = 0
     remove_sprinkle_area: int = 0
@@ -115,10 +131,25 @@ class StreamConfig:
             self._check_int(name, 0, "an integer area in low-res pixels >= 0 (0: off)")
         self._check_int("memory_stride", 1, "an integer >= 1 (1: SAM 2)")
         stride = self.memory_stride
-        if stride > 1 and (self.memory_min_score is not None or self.memory_min_iou is not None):
+        if stride > 1 and self.selects_memory:
             raise InputError(
                 f"bad StreamConfig: memory_stride={stride} places memory frames by time, memory "
-                "selection (memory_min_score / memory_min_iou) by rank; use one of them"
+                "selection (memory_min_score / memory_min_iou / memory_min_motion) by rank; use "
+                "one of them"
+            )
+        self._check_int("motion_warmup", 1, "an integer number of frames >= 1 (SAMURAI: 15)")
+        for name in ("motion_weight", "motion_min_iou", "memory_min_motion"):
+            value = getattr(self, name)
+            if value is None and name != "motion_min_iou":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise InputError(f"bad StreamConfig {name}={value!r}: expected a number in [0, 1]")
+            if not 0.0 <= value <= 1.0:
+                raise InputError(f"bad StreamConfig {name}={value}: expected a number in [0, 1]")
+        if self.motion_weight is not None and not self.multimask_tracking:
+            raise InputError(
+                f"bad StreamConfig: motion_weight={self.motion_weight} chooses among the "
+                "multimask outputs; it needs multimask_tracking=True"
             )
         self._check_int(
             "refine_radius", 0, "an integer window radius in input pixels >= 0 (0: off)"
@@ -142,6 +173,14 @@ class StreamConfig:
                 f"bad StreamConfig memory_min_score={self.memory_min_score}: expected None "
                 "(keep every frame, SAM 2) or a finite object-score logit"
             )
+
+    @property
+    def selects_memory(self) -> bool:
+        """Whether tracked frames enter the memory bank by selection (placed by rank)."""
+        return any(
+            v is not None
+            for v in (self.memory_min_score, self.memory_min_iou, self.memory_min_motion)
+        )
 
     def _check_int(self, name: str, minimum: int, expected: str) -> None:
         """InputError unless field ``name`` is an integer (not a bool) >= ``minimum``."""

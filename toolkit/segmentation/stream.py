@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from edgekit.segmentation.arrays import (  # noqa: F401 - re-exported: part of t
     to_bfloat16_bits,
 )
 from edgekit.segmentation.config import StreamConfig
+from edgekit.segmentation.motion import MotionState, choose_with_motion
 from edgekit.segmentation.prompts import ParsedPrompt, Prompt, check_frame, parse_prompt
 
 GraphFn = Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -77,6 +78,7 @@ class _Object:
     score: float = 0.0
     pix_feat: np.ndarray | None = None  # current frame's memory-conditioned features
     last_frame: int = -1
+    motion: MotionState = field(default_factory=MotionState)  # StreamConfig.motion_weight
 
 
 class SAM2Stream:
@@ -125,7 +127,7 @@ class SAM2Stream:
         for obj_id, obj in self._objects.items():
             obj.pix_feat = self._condition(obj, t)
             decoded[obj_id] = self._decode(
-                obj.pix_feat, None, None, multimask=self.config.multimask_tracking
+                obj.pix_feat, None, None, self.config.multimask_tracking, motion=obj.motion
             )
         if self.config.non_overlap_memory and len(decoded) > 1:
             constrained = non_overlapping_logits(np.stack([d[0] for d in decoded.values()]))
@@ -227,6 +229,7 @@ class SAM2Stream:
     # ---- one object on the current frame ------------------------------------------------------
     def _apply_prompt(self, obj: _Object, prompt: ParsedPrompt, initial: bool) -> None:
         enc = self._enc
+        obj.motion = MotionState()  # a prompt restarts the motion model from the next frame
         if prompt.mask is not None:
             if G.MASK_PROMPT not in self.graphs:
                 raise InputError(f"mask prompts need the '{G.MASK_PROMPT}' graph in the graph set")
@@ -258,7 +261,7 @@ class SAM2Stream:
     def _condition(self, obj: _Object, t: int) -> np.ndarray:
         """Memory attention for ``obj`` on frame ``t`` (memory from frames before t)."""
         cfg = self.config
-        by_rank = cfg.memory_min_score is not None or cfg.memory_min_iou is not None
+        by_rank = cfg.selects_memory
         mems, idx = [], []
         for m in obj.cond.values():
             if m.frame < t:
@@ -302,9 +305,11 @@ class SAM2Stream:
         multimask: bool,
         mask_input: np.ndarray | None = None,
         raw: bool = False,
+        motion: MotionState | None = None,
     ) -> tuple[np.ndarray, float, np.ndarray, float]:
         """Run the decoder, choose a mask -> (low-res logits (4h, 4w), score, pointer (C,),
-        the chosen mask's predicted IoU)."""
+        the chosen mask's predicted IoU). ``motion``: a tracked frame's motion state, used to
+        choose among the multimask outputs when ``motion_weight`` is set."""
         enc = self._enc
         s4 = enc["feat_s0"].shape[-1]
         if coords is None:
@@ -324,7 +329,14 @@ class SAM2Stream:
         out = self._run(G.MASK_DECODER, feeds)
         masks, iou = out["low_res_masks"][0], out["iou_pred"][0]
         ptrs, score = out["obj_ptrs"][0], float(out["object_score_logits"].reshape(-1)[0])
-        best = 1 + int(np.argmax(iou[1:]))
+        cfg = self.config
+        if multimask and motion is not None and cfg.motion_weight is not None:
+            best = 1 + choose_with_motion(
+                motion, masks[1:], iou[1:], cfg.motion_weight, cfg.motion_warmup,
+                cfg.motion_min_iou,
+            )  # fmt: skip
+        else:
+            best = 1 + int(np.argmax(iou[1:]))
         if multimask:
             choice, ptr = best, ptrs[best]
         else:
@@ -368,9 +380,11 @@ class SAM2Stream:
         memory = _Memory(t, self._store(out["mem_feats"][0]), ptr)
         _drop_frame(obj, t)
         cfg = self.config
+        motion = obj.motion.last_score
         selected = iou is None or (
             (cfg.memory_min_score is None or score > cfg.memory_min_score)
             and (cfg.memory_min_iou is None or iou > cfg.memory_min_iou)
+            and (cfg.memory_min_motion is None or motion is None or motion > cfg.memory_min_motion)
         )
         if conditioning:
             obj.cond[t] = memory
