@@ -107,6 +107,21 @@ def evaluate_real(
     return results
 
 
+def compare_real(
+    a: tuple[Mapping, StreamConfig], b: tuple[Mapping, StreamConfig], clips: Sequence[RealClip]
+) -> dict[str, dict[str, float]]:
+    """B against A on the same real ``clips``, each (graph set, StreamConfig): row "box IoU"
+    over every annotated frame where the object is visible, then one row per clip,
+    segmetrics.paired_difference of the per-frame box IoU (percent points; the frames of one
+    clip are not independent, so read the SE with the per-clip rows)."""
+    from edgekit.segmentation.metrics import paired_difference
+
+    ra, rb = (evaluate_real(graphs, config, clips) for graphs, config in (a, b))
+    rows = {"box IoU": ([v for r in ra for v in r.ious], [v for r in rb for v in r.ious])}
+    rows |= {f"  {x.name}": (x.ious, y.ious) for x, y in zip(ra, rb, strict=True)}
+    return {name: paired_difference(np.array(x), np.array(y)) for name, (x, y) in rows.items()}
+
+
 def summary(results: Sequence[ClipResult]) -> dict[str, float]:
     """Flat metrics over all clips (pooled annotated frames) and per clip
     (``<metric>/<clip>``): what ``card.evaluate`` returns for ``eval_set=real``."""

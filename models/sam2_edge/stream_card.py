@@ -33,6 +33,10 @@ STREAM_OPTION_NAMES = (
     "non_overlap_memory",
     "memory_min_score",
     "memory_min_iou",
+    "memory_min_motion",
+    "motion_weight",
+    "motion_warmup",
+    "motion_min_iou",
     "memory_stride",
     "multimask_tracking",
     "mask_threshold",
@@ -41,6 +45,21 @@ STREAM_OPTION_NAMES = (
     "refine_radius",
     "refine_eps",
 )
+#: predictors a card streams with (card option ``tracker``): StreamConfig options on top of
+#: SAM 2's video predictor. "samurai": SAMURAI's motion-aware mask choice and memory selection
+#: at the settings its authors publish (kf_score_weight 0.25, 15 stable frames, IoU floor 0.3;
+#: memory frames with predicted IoU > 0.5, object score > 0, motion IoU > 0).
+TRACKERS: dict[str, dict[str, Any]] = {
+    "sam2": {},
+    "samurai": {
+        "motion_weight": 0.25,
+        "memory_min_iou": 0.5,
+        "memory_min_score": 0.0,
+        "memory_min_motion": 0.0,
+    },
+}
+#: card options that change only the predictor (a paired comparison runs A's graphs for B)
+PREDICTOR_OPTIONS = (*STREAM_OPTION_NAMES, "tracker")
 
 
 class _Recorder:
@@ -100,6 +119,8 @@ class StreamingSAM2Card(ModelCard):
     #: inference-time StreamConfig options (STREAM_OPTION_NAMES) the card streams with;
     #: empty: SAM 2's video predictor exactly
     stream_options: ClassVar[dict[str, Any]] = {}
+    #: the predictor (TRACKERS) unless option ``tracker`` names another
+    tracker: ClassVar[str] = "sam2"
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
@@ -122,11 +143,17 @@ class StreamingSAM2Card(ModelCard):
 
     def stream_config(self) -> StreamConfig:
         """The predictor settings this card is measured and deployed with: SAM 2.1's memory
-        sizes at ``image_size``, the card's ``stream_options``, and card options named like
-        one of STREAM_OPTION_NAMES on top (e.g. ``--option memory_min_iou=null``)."""
+        sizes at ``image_size``, the tracker's options (TRACKERS; option ``tracker``, default
+        the card's), the card's ``stream_options``, and card options named like one of
+        STREAM_OPTION_NAMES on top (e.g. ``--option memory_min_iou=null``)."""
         from edgekit.segmentation.stream import StreamConfig
 
-        chosen = dict(self.stream_options)
+        tracker = str(self.options.get("tracker", self.tracker))
+        if tracker not in TRACKERS:
+            raise InputError(
+                f"{self.name}: unknown tracker '{tracker}'; expected one of {', '.join(TRACKERS)}"
+            )
+        chosen = dict(TRACKERS[tracker]) | dict(self.stream_options)
         chosen |= {k: v for k, v in self.options.items() if k in STREAM_OPTION_NAMES}
         fields = StreamConfig.__dataclass_fields__
         bad = sorted(k for k in chosen if k not in fields)
@@ -213,13 +240,15 @@ class StreamingSAM2Card(ModelCard):
                 f"got {count!r}, {frames!r}"
             )
         sets = {"heldout": evaluation.heldout_clips, "calibration": evaluation.calibration_clips}
-        if which == "real":
+        if which in ("real", "real-test"):
             raise InputError(
-                "eval_set=real (recorded video, hand-drawn boxes) is scored by `edgekit eval` "
-                "alone; paired comparisons and rollout parity use the synthetic clips"
+                f"eval_set={which} (recorded video, hand-drawn boxes) is scored by `edgekit "
+                "eval` (and its --against); rollout parity uses the synthetic clips"
             )
         if which not in sets:
-            raise InputError(f"unknown eval_set '{which}'; expected one of {', '.join(sets)}")
+            raise InputError(
+                f"unknown eval_set '{which}'; expected one of {', '.join(sets)}, real, real-test"
+            )
         return sets[which](count, frames)
 
     def evaluate(self, runners: Mapping[str, Runner]) -> dict[str, float]:
@@ -227,11 +256,22 @@ class StreamingSAM2Card(ModelCard):
         case; and from one click) through the streaming predictor (``stream_config()``), and
         1-click / 5-click mIoU (percent) on first frames."""
         graphs = {name: runner.run for name, runner in runners.items()}
-        if self.options.get("eval_set") == "real":
+        if self.options.get("eval_set") in ("real", "real-test"):
             return self.evaluate_real(graphs)
         return evaluation.evaluate_graphs(
             graphs, self.heldout(), self.image_size, self.stream_config()
         )
+
+    def real_clips(self) -> tuple[Any, ...]:
+        """The recorded clips of ``eval_set`` ("real" or "real-test"), the first
+        ``eval_clips`` by name (default all)."""
+        from edgekit.segmentation.realclips import real_clips
+
+        clips = real_clips(which=str(self.options["eval_set"]))
+        count = self.options.get("eval_clips", len(clips))
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise InputError(f"eval_clips must be an integer >= 1, got {count!r}")
+        return clips[:count]
 
     def evaluate_real(self, graphs: Mapping[str, Callable]) -> dict[str, float]:
         """Box metrics on the recorded clips (``real_evaluation``; option ``eval_sheets``: a
@@ -240,15 +280,10 @@ class StreamingSAM2Card(ModelCard):
         from pathlib import Path
 
         from edgekit.models.sam2_edge import real_evaluation
-        from edgekit.segmentation.realclips import real_clips
 
-        clips = real_clips()
-        count = self.options.get("eval_clips", len(clips))
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise InputError(f"eval_clips must be an integer >= 1, got {count!r}")
         sheets = self.options.get("eval_sheets")
         results = real_evaluation.evaluate_real(
-            graphs, self.stream_config(), clips[:count], Path(sheets) if sheets else None
+            graphs, self.stream_config(), self.real_clips(), Path(sheets) if sheets else None
         )
         return real_evaluation.summary(results)
 
@@ -272,9 +307,18 @@ class StreamingSAM2Card(ModelCard):
         other: StreamingSAM2Card,
         other_runners: Mapping[str, Runner],
     ) -> dict[str, dict[str, float]]:
-        """Paired comparison on this card's held-out clips: A = ``runners`` streamed with this
-        card's ``stream_config()``, B = ``other_runners`` with ``other``'s. Rows "J&F" and
-        "J&F_<case>", each segmetrics.paired_difference of per-object J&F (percent)."""
+        """Paired comparison on this card's clips: A = ``runners`` streamed with this card's
+        ``stream_config()``, B = ``other_runners`` with ``other``'s. Synthetic sets: rows "J&F"
+        and "J&F_<case>", each segmetrics.paired_difference of per-object J&F (percent); real
+        sets: rows "box IoU" and one per clip, of per-annotated-frame box IoU (percent)."""
+        if self.options.get("eval_set") in ("real", "real-test"):
+            from edgekit.models.sam2_edge.real_evaluation import compare_real
+
+            return compare_real(
+                ({name: r.run for name, r in runners.items()}, self.stream_config()),
+                ({name: r.run for name, r in other_runners.items()}, other.stream_config()),
+                self.real_clips(),
+            )
         return evaluation.compare_paired(
             ({name: r.run for name, r in runners.items()}, self.stream_config()),
             ({name: r.run for name, r in other_runners.items()}, other.stream_config()),
@@ -316,9 +360,10 @@ class StreamingSAM2Card(ModelCard):
 
     def metrics_table(self, metrics: Mapping[str, float]) -> str:
         """The metrics of ``evaluate`` as the text table ``edgekit eval NAME`` prints."""
-        if self.options.get("eval_set") == "real":
+        if self.options.get("eval_set") in ("real", "real-test"):
             from edgekit.models.sam2_edge.real_evaluation import format_real_table
 
-            title = f"{self.name}, real clips (hand-drawn boxes; prompt: frame-0 box)"
+            which = "real" if self.options["eval_set"] == "real" else "real confirmation"
+            title = f"{self.name}, {which} clips (hand-drawn boxes; prompt: frame-0 box)"
             return format_real_table(metrics, title)
         return evaluation.format_table(metrics, f"{self.name}, held-out set")

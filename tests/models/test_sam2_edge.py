@@ -284,7 +284,10 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     version + config), so a changed config or a bumped RECIPE_VERSION never loads them."""
     from edgekit.models.sam2_edge.card import (
         DEFAULT_RECIPE,
+        MIX_LONG_RECIPE,
+        OCCLUDER_RECIPE,
         STAGE4_RECIPE,
+        SYNTHETIC_RECIPE,
         WIDE_ARCH,
         WIDE_RECIPE,
         SAM2EdgeCard,
@@ -294,19 +297,21 @@ def test_packaged_weights_are_the_default_recipe() -> None:
 
     card = SAM2EdgeCard()
     recipe = card.train_config()
-    assert recipe == DEFAULT_RECIPE and recipe.init == STAGE4_RECIPE
-    assert recipe.init.init.init.init == TrainConfig()  # five stages, the first from scratch
-    for stage in (recipe, recipe.init):  # the last two stages ship: options of the last
-        path = packaged_weights(stage)  # stage need only the stage before's weights
-        assert path.is_file(), f"no packaged weights for the default recipe at {path}"
+    assert recipe == DEFAULT_RECIPE == OCCLUDER_RECIPE and recipe.init == MIX_LONG_RECIPE
+    stages = recipe_stages(recipe)  # eight: five synthetic, then mix, mix-long, occluder
+    assert len(stages) == 8 and stages[0] == TrainConfig() and stages[4] == SYNTHETIC_RECIPE
+    for stage in (recipe, recipe.init, SYNTHETIC_RECIPE):  # the default's last two stages ship
+        path = packaged_weights(stage)  # (options of the last need only the one before's)
+        assert path.is_file(), f"no packaged weights at {path}"
     result = card.train()
     assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
-    assert SAM2EdgeCard(steps=10).train_config().init == STAGE4_RECIPE  # options: last stage
+    assert SAM2EdgeCard(steps=10).train_config().init == MIX_LONG_RECIPE  # options: last stage
     assert SAM2EdgeCard(recolour=1).train_config().recolour == 1
+    synthetic = SAM2EdgeCard(recipe="synthetic")
+    assert synthetic.train_config() == SYNTHETIC_RECIPE and synthetic.train().cached
     # recipes and their stages: option stage picks one, TrainConfig options override it
-    assert recipe_stages(DEFAULT_RECIPE)[0] == TrainConfig() and len(recipe_stages(recipe)) == 5
     assert SAM2EdgeCard(stage=1).train_config() == TrainConfig()
     assert SAM2EdgeCard(stage=4, steps=10).train_config() == replace(STAGE4_RECIPE, steps=10)
     wide = recipe_stages(SAM2EdgeCard(recipe="wide").train_config())
@@ -319,10 +324,10 @@ def test_packaged_weights_are_the_default_recipe() -> None:
         ({"recolour": "abc"}, "must be a number"),
         ({"steps": 2.5}, "must be an integer"),
         ({"lr": None}, "lr=None must be a number"),
-        ({"recipe": "huge"}, "unknown recipe 'huge'; expected one of default, wide"),
+        ({"recipe": "huge"}, "unknown recipe 'huge'; expected one of default, synthetic, wide"),
         (
             {"stage": 0},
-            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 5",
+            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 8",
         ),
         ({"recipe": "wide", "stage": 5}, "expected an integer from 1 to 4"),
         ({"stage": "last"}, "stage='last' picks a stage"),
@@ -408,25 +413,32 @@ def test_mix_split_draws_its_share_of_clips_and_is_checked() -> None:
 
 
 def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() -> None:
-    """sam2-edge streams with SAM 2's predictor and refined output masks (chosen on calibration
-    clips); card options turn on memory selection or refinement off; bundles record the choice."""
+    """sam2-edge streams with SAMURAI's predictor settings and refined output masks; option
+    tracker=sam2 gives SAM 2's FIFO bank, other card options set single fields or turn
+    refinement off; bundles record the choice."""
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
     from edgekit.models.sam2_edge.evaluation import evaluate_graphs, stream_config
-    from edgekit.models.sam2_edge.stream_card import StreamingSAM2Card
+    from edgekit.models.sam2_edge.stream_card import TRACKERS, StreamingSAM2Card
 
-    assert StreamingSAM2Card.stream_options == {}
+    assert StreamingSAM2Card.stream_options == {} and StreamingSAM2Card.tracker == "sam2"
     assert SAM2EdgeCard.stream_options == {"refine_radius": 12, "refine_eps": 1e-4}
     card = SAM2EdgeCard()
     refined = stream_config(card.image_size, refine_radius=12, refine_eps=1e-4)
-    assert card.stream_config() == refined
-    assert card.preprocessing()["stream_config"]["memory_min_iou"] is None
+    assert card.stream_config() == stream_config(
+        card.image_size, refine_radius=12, refine_eps=1e-4, **TRACKERS["samurai"]
+    )
+    assert SAM2EdgeCard(tracker="sam2").stream_config() == refined
+    assert card.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
+    assert card.preprocessing()["stream_config"]["motion_weight"] == 0.25
     assert card.preprocessing()["stream_config"]["refine_radius"] == 12
     assert SAM2EdgeCard(refine_radius=0).stream_config().refine_radius == 0  # off
-    chosen = SAM2EdgeCard(memory_min_score=0.0, memory_min_iou=0.5)
+    chosen = SAM2EdgeCard(tracker="sam2", memory_min_score=0.0)
     config = chosen.stream_config()
-    assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
+    assert (config.memory_min_score, config.memory_min_iou) == (0.0, None)
     assert config.image_size == card.image_size and config.num_maskmem == 7
-    assert chosen.preprocessing()["stream_config"]["memory_min_iou"] == 0.5
+    assert chosen.preprocessing()["stream_config"]["memory_min_score"] == 0.0
+    with pytest.raises(InputError, match="unknown tracker 'kalman'; expected one of sam2, samurai"):
+        SAM2EdgeCard(tracker="kalman").stream_config()
     # the evaluation streams with the config it is given (a full-memory check would differ)
     net = EdgeSAM2(SMALL).eval()
     clip = C.make_clip("heldout", 0, frames=4, size=128)

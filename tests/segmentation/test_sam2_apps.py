@@ -47,8 +47,8 @@ def test_run_on_a_synthetic_clip_writes_masks_and_scores(sam2_bundle, tmp_path):
 
 def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, tmp_path):
     """run / bench-stream / the daemon build their predictor from the bundle's recorded
-    stream_config (sam2-edge: SAM 2's predictor; memory selection when the bundle records it);
-    an unknown recorded option is a clear error."""
+    stream_config (sam2-edge: SAMURAI's settings; SAM 2's FIFO bank when the bundle records
+    none); an unknown recorded option is a clear error."""
     from edgekit.bundle.format import Bundle
     from edgekit.registry import get_card
     from edgekit.segmentation.run import bundle_stream_config
@@ -56,11 +56,15 @@ def test_apps_stream_with_the_options_the_bundle_was_verified_with(sam2_bundle, 
     bundle = Bundle.load(sam2_bundle)
     config = bundle_stream_config(bundle)
     assert config == get_card("sam2-edge").stream_config()
-    assert (config.memory_min_score, config.memory_min_iou) == (None, None)
+    assert (config.memory_min_score, config.memory_min_iou, config.motion_weight) == (
+        0.0,
+        0.5,
+        0.25,
+    )
     recorded = bundle.manifest["preprocessing"]["stream_config"]
-    recorded.update(memory_min_score=0.0, memory_min_iou=0.5)
+    recorded.update(memory_min_score=None, memory_min_iou=None, memory_min_motion=None)
     config = bundle_stream_config(bundle)
-    assert (config.memory_min_score, config.memory_min_iou) == (0.0, 0.5)
+    assert (config.memory_min_score, config.memory_min_iou) == (None, None)
     bundle.manifest["preprocessing"]["stream_config"]["warp_speed"] = 9
     with pytest.raises(InputError, match=r"stream options \['warp_speed'\]"):
         bundle_stream_config(bundle)

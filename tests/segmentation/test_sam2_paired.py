@@ -41,12 +41,13 @@ def test_a_setting_against_itself_is_all_ties_and_a_is_the_cards_evaluation(card
 
 
 def test_another_setting_moves_objects_and_the_table_says_which_way(card, runners) -> None:
-    other = card.against({"memory_stride": 3, "fill_hole_area": 64})
+    other = card.against({"tracker": "sam2", "memory_stride": 3, "refine_radius": 0})
     assert other.stream_config().memory_stride == 3 and card.stream_config().memory_stride == 1
+    assert other.stream_config().motion_weight is None and card.stream_config().motion_weight
     rows = card.compare(runners, other, reference_runners(other))
     row = rows["J&F"]
     assert row["better"] + row["worse"] + row["tied"] == row["objects"]
-    assert row["tied"] < row["objects"] and row["delta"] != 0.0  # stride 3 moves an object
+    assert row["tied"] < row["objects"] and row["delta"] != 0.0  # the change moves an object
     assert row["delta"] == pytest.approx(row["B"] - row["A"])
     text = evaluation.format_paired(rows, "title")
     assert text.splitlines()[0] == "title" and "better/worse/tied" in text
@@ -85,7 +86,7 @@ def test_the_cli_prints_the_paired_table() -> None:
     exe = shutil.which("edgekit", path=os.path.dirname(sys.executable)) or "edgekit"
     args = ["eval", "sam2-edge", "--option", "eval_clips=1", "--option", "eval_frames=5"]
     out = subprocess.run(
-        [exe, *args, "--against", "memory_stride=2"],
+        [exe, *args, "--against", "tracker=sam2", "--against", "memory_stride=2"],
         capture_output=True,
         text=True,
         env={**os.environ, "COLUMNS": "200"},
@@ -93,7 +94,7 @@ def test_the_cli_prints_the_paired_table() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "sam2-edge [torch], paired on 1 held-out clips" in out.stdout
-    assert "B = A with memory_stride=2" in out.stdout
+    assert "B = A with tracker=sam2, memory_stride=2" in out.stdout
     assert any(line.startswith("J&F ") for line in out.stdout.splitlines())
     assert C.clip_set("heldout", 1, frames=5)[0].case in out.stdout
     bad = subprocess.run(

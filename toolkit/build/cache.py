@@ -65,6 +65,8 @@ def cached_bundles(
         weights = getattr(card.train(), "path", None)
         key = Path(weights).stem if weights else "pretrained"
         options = getattr(card, "stream_options", None)
+        if options and getattr(card, "tracker", "sam2") != "sam2":
+            options = {**options, "tracker": card.tracker}
         if options:  # and by the stream options a SAM 2 card records in its bundles
             key += (
                 "-" + hashlib.sha256(json.dumps(options, sort_keys=True).encode()).hexdigest()[:8]

@@ -95,7 +95,7 @@ def paired_table(
     from edgekit.build.verify import reference_runners
     from edgekit.errors import InputError
     from edgekit.models.sam2_edge.evaluation import format_paired
-    from edgekit.models.sam2_edge.stream_card import STREAM_OPTION_NAMES
+    from edgekit.models.sam2_edge.stream_card import PREDICTOR_OPTIONS
 
     if not hasattr(card, "compare"):
         raise InputError(
@@ -103,11 +103,11 @@ def paired_table(
             f"'{card.name}' is not one"
         )
     other = card.against(options)
-    weights = sorted(k for k in options if k not in STREAM_OPTION_NAMES)
+    weights = sorted(k for k in options if k not in PREDICTOR_OPTIONS)
     if weights and from_bundle:
         raise InputError(
             f"with --bundle, --against may change only stream options "
-            f"({', '.join(STREAM_OPTION_NAMES)}); {', '.join(weights)} would need other "
+            f"({', '.join(PREDICTOR_OPTIONS)}); {', '.join(weights)} would need other "
             "graphs: compare on torch instead"
         )
     # stream options only: B runs A's very graphs (no second load, same weights for sure)
@@ -116,10 +116,17 @@ def paired_table(
     shown = {k: v for k, v in card.options.items() if k != getattr(card, "out_option", None)}
     given = ", ".join(f"{k}={v}" for k, v in shown.items()) or "the card's options"
     changed = ", ".join(f"{k}={v}" for k, v in options.items())
-    clips = len(card.heldout())
-    which = str(card.options.get("eval_set", "heldout")).replace("heldout", "held-out")
+    which = str(card.options.get("eval_set", "heldout"))
+    if which in ("real", "real-test"):
+        clips = len(card.real_clips())
+        units = f"{rows['box IoU']['objects']:.0f} annotated frames, box IoU in percent"
+        which = "real" if which == "real" else "real confirmation"
+    else:
+        clips = len(card.heldout())
+        units = f"{rows['J&F']['objects']:.0f} objects"
+        which = which.replace("heldout", "held-out")
     title = (
-        f"{card.name} [{label}], paired on {clips} {which} clips "
-        f"({rows['J&F']['objects']:.0f} objects): A = {given}; B = A with {changed}"
+        f"{card.name} [{label}], paired on {clips} {which} clips ({units}): "
+        f"A = {given}; B = A with {changed}"
     )
     return format_paired(rows, title)

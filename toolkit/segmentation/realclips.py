@@ -20,6 +20,10 @@ from edgekit.errors import InputError, MissingDependencyError
 from edgekit.segmentation.tracking import Box, check_box
 
 ANNOTATIONS = Path(__file__).with_name("real_boxes.json")
+#: the confirmation set: clips held back while choices are made on ANNOTATIONS, measured once
+TEST_ANNOTATIONS = Path(__file__).with_name("real_boxes_test.json")
+#: the card option ``eval_set`` value -> its annotation file
+REAL_SETS = ("real", "real-test")
 MAX_FRAMES = 2000  # a clip longer than this is a malformed annotation file, not a clip
 
 
@@ -70,35 +74,45 @@ def decode(path: Path, start: int, stop: int) -> np.ndarray:
     return np.stack(frames)
 
 
-def _parse(name: str, entry: dict) -> tuple[str, int, int, dict[int, list | None]]:
+def _parse(name: str, entry: dict, file: str) -> tuple[str, int, int, dict[int, list | None]]:
     try:
         video, start, stop = str(entry["video"]), int(entry["start"]), int(entry["stop"])
         boxes = {int(k): v for k, v in dict(entry["boxes"]).items()}
     except (KeyError, TypeError, ValueError) as exc:
-        raise InputError(f"{ANNOTATIONS.name}: clip '{name}' is malformed ({exc})") from None
+        raise InputError(f"{file}: clip '{name}' is malformed ({exc})") from None
     if not (0 <= start < stop <= start + MAX_FRAMES):
-        raise InputError(f"{ANNOTATIONS.name}: clip '{name}' has frames {start}..{stop}")
+        raise InputError(f"{file}: clip '{name}' has frames {start}..{stop}")
     if boxes.get(0) is None or any(not 0 <= k < stop - start for k in boxes):
         raise InputError(
-            f"{ANNOTATIONS.name}: clip '{name}' needs a box on frame 0 and boxes inside "
-            f"0..{stop - start - 1}"
+            f"{file}: clip '{name}' needs a box on frame 0 and boxes inside 0..{stop - start - 1}"
         )
     return video, start, stop, boxes
 
 
-def clip_names() -> list[str]:
-    """The names of the real clips, sorted."""
-    return sorted(json.loads(ANNOTATIONS.read_text())["clips"])
+def annotations(which: str = "real") -> Path:
+    """The annotation file of the real set ``which`` (REAL_SETS)."""
+    if which not in REAL_SETS:
+        raise InputError(f"unknown real set '{which}'; expected one of {', '.join(REAL_SETS)}")
+    return ANNOTATIONS if which == "real" else TEST_ANNOTATIONS
 
 
-@lru_cache(maxsize=8)
-def real_clip(name: str) -> RealClip:
-    """One real clip, decoded (cached per process); an unknown name is an InputError."""
-    clips = json.loads(ANNOTATIONS.read_text())["clips"]
+def clip_names(which: str = "real") -> list[str]:
+    """The names of the clips of the real set ``which``, sorted."""
+    return sorted(json.loads(annotations(which).read_text())["clips"])
+
+
+@lru_cache(maxsize=16)
+def real_clip(name: str, which: str = "real") -> RealClip:
+    """One clip of the real set ``which``, decoded (cached per process); an unknown name is an
+    InputError."""
+    path = annotations(which)
+    clips = json.loads(path.read_text())["clips"]
     if name not in clips:
-        raise InputError(f"unknown real clip '{name}'; expected one of {', '.join(sorted(clips))}")
+        raise InputError(
+            f"unknown real clip '{name}' in {path.name}; expected one of {', '.join(sorted(clips))}"
+        )
     entry = clips[name]
-    video, start, stop, raw = _parse(name, entry)
+    video, start, stop, raw = _parse(name, entry, path.name)
     frames = decode(sample_video(video), start, stop)
     hw = frames.shape[1:3]
     boxes = {k: None if v is None else check_box(v, hw) for k, v in sorted(raw.items())}
@@ -108,6 +122,6 @@ def real_clip(name: str) -> RealClip:
     )  # fmt: skip
 
 
-def real_clips(names: tuple[str, ...] | None = None) -> tuple[RealClip, ...]:
-    """The real clips ``names`` (default: all), in that order."""
-    return tuple(real_clip(name) for name in (names or tuple(clip_names())))
+def real_clips(names: tuple[str, ...] | None = None, which: str = "real") -> tuple[RealClip, ...]:
+    """The clips ``names`` (default: all) of the real set ``which``, in that order."""
+    return tuple(real_clip(name, which) for name in (names or tuple(clip_names(which))))
