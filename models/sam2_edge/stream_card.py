@@ -159,7 +159,15 @@ class StreamingSAM2Card(ModelCard):
         bad = sorted(k for k in chosen if k not in fields)
         if bad:  # pragma: no cover - a card's own stream_options naming no field
             raise InputError(f"{self.name}: stream options {bad} are not StreamConfig fields")
-        return evaluation.stream_config(self.image_size, **chosen)
+        try:
+            return evaluation.stream_config(self.image_size, **chosen)
+        except InputError as exc:
+            if not TRACKERS[tracker]:
+                raise
+            raise InputError(
+                f"{exc} (tracker '{tracker}' sets {', '.join(TRACKERS[tracker])}; "
+                "--option tracker=sam2 starts from SAM 2's predictor instead)"
+            ) from None
 
     # ---- what to build -------------------------------------------------------------------
     def graphs(self) -> list[GraphSpec]:

@@ -439,6 +439,9 @@ def test_card_stream_options_turn_on_memory_selection_and_bundles_record_them() 
     assert chosen.preprocessing()["stream_config"]["memory_min_score"] == 0.0
     with pytest.raises(InputError, match="unknown tracker 'kalman'; expected one of sam2, samurai"):
         SAM2EdgeCard(tracker="kalman").stream_config()
+    with pytest.raises(InputError, match="tracker 'samurai' sets .* --option tracker=sam2"):
+        SAM2EdgeCard(memory_stride=3).stream_config()  # stride and memory selection exclude
+    assert SAM2EdgeCard(tracker="sam2", memory_stride=3).stream_config().memory_stride == 3
     # the evaluation streams with the config it is given (a full-memory check would differ)
     net = EdgeSAM2(SMALL).eval()
     clip = C.make_clip("heldout", 0, frames=4, size=128)
