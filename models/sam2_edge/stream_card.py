@@ -20,6 +20,7 @@ from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import evaluation
 from edgekit.segmentation import graphs as contract
+from edgekit.segmentation.realclips import REAL_SETS
 
 if TYPE_CHECKING:
     from edgekit.segmentation.stream import StreamConfig
@@ -248,14 +249,14 @@ class StreamingSAM2Card(ModelCard):
                 f"got {count!r}, {frames!r}"
             )
         sets = {"heldout": evaluation.heldout_clips, "calibration": evaluation.calibration_clips}
-        if which in ("real", "real-test"):
+        if which in REAL_SETS:
             raise InputError(
                 f"eval_set={which} (recorded video, hand-drawn boxes) is scored by `edgekit "
                 "eval` (and its --against); rollout parity uses the synthetic clips"
             )
         if which not in sets:
             raise InputError(
-                f"unknown eval_set '{which}'; expected one of {', '.join(sets)}, real, real-test"
+                f"unknown eval_set '{which}'; expected one of {', '.join([*sets, *REAL_SETS])}"
             )
         return sets[which](count, frames)
 
@@ -264,7 +265,7 @@ class StreamingSAM2Card(ModelCard):
         case; and from one click) through the streaming predictor (``stream_config()``), and
         1-click / 5-click mIoU (percent) on first frames."""
         graphs = {name: runner.run for name, runner in runners.items()}
-        if self.options.get("eval_set") in ("real", "real-test"):
+        if self.options.get("eval_set") in REAL_SETS:
             return self.evaluate_real(graphs)
         return evaluation.evaluate_graphs(
             graphs, self.heldout(), self.image_size, self.stream_config()
@@ -319,7 +320,7 @@ class StreamingSAM2Card(ModelCard):
         ``stream_config()``, B = ``other_runners`` with ``other``'s. Synthetic sets: rows "J&F"
         and "J&F_<case>", each segmetrics.paired_difference of per-object J&F (percent); real
         sets: rows "box IoU" and one per clip, of per-annotated-frame box IoU (percent)."""
-        if self.options.get("eval_set") in ("real", "real-test"):
+        if self.options.get("eval_set") in REAL_SETS:
             from edgekit.models.sam2_edge.real_evaluation import compare_real
 
             return compare_real(
@@ -368,7 +369,7 @@ class StreamingSAM2Card(ModelCard):
 
     def metrics_table(self, metrics: Mapping[str, float]) -> str:
         """The metrics of ``evaluate`` as the text table ``edgekit eval NAME`` prints."""
-        if self.options.get("eval_set") in ("real", "real-test"):
+        if self.options.get("eval_set") in REAL_SETS:
             from edgekit.models.sam2_edge.real_evaluation import format_real_table
 
             which = "real" if self.options["eval_set"] == "real" else "real confirmation"

@@ -96,6 +96,7 @@ def paired_table(
     from edgekit.errors import InputError
     from edgekit.models.sam2_edge.evaluation import format_paired
     from edgekit.models.sam2_edge.stream_card import PREDICTOR_OPTIONS
+    from edgekit.segmentation.realclips import REAL_SETS
 
     if not hasattr(card, "compare"):
         raise InputError(
@@ -117,7 +118,7 @@ def paired_table(
     given = ", ".join(f"{k}={v}" for k, v in shown.items()) or "the card's options"
     changed = ", ".join(f"{k}={v}" for k, v in options.items())
     which = str(card.options.get("eval_set", "heldout"))
-    if which in ("real", "real-test"):
+    if which in REAL_SETS:
         clips = len(card.real_clips())
         units = f"{rows['box IoU']['objects']:.0f} annotated frames, box IoU in percent"
         which = "real" if which == "real" else "real confirmation"

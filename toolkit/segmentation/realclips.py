@@ -22,7 +22,7 @@ from edgekit.segmentation.tracking import Box, check_box
 ANNOTATIONS = Path(__file__).with_name("real_boxes.json")
 #: the confirmation set: clips held back while choices are made on ANNOTATIONS, measured once
 TEST_ANNOTATIONS = Path(__file__).with_name("real_boxes_test.json")
-#: the card option ``eval_set`` value -> its annotation file
+#: the values of a SAM 2 card's ``eval_set`` option that name a real set (annotations())
 REAL_SETS = ("real", "real-test")
 MAX_FRAMES = 2000  # a clip longer than this is a malformed annotation file, not a clip
 
