@@ -30,11 +30,12 @@ from edgekit.models.sam2_edge.train import TrainConfig, TrainResult, train_cache
 from edgekit.segmentation import graphs as contract
 
 # Weights ship with the package (2.7 MB each) for the default recipe's last two stages
-# (occluder, mix-long) and the synthetic recipe's last stage, named by their cache keys (train.RECIPE_VERSION and the config): a changed config or a bumped version
+# (occluder, mix-long) and the synthetic recipe's last stage, named by their cache keys
+# (train.RECIPE_VERSION and the config): a changed config or a bumped version
 # changes the key, and the stale file is ignored.
 PACKAGED_WEIGHTS = Path(__file__).parent / "weights"
 
-# The synthetic recipe (the default until real objects were measured) has five stages, each
+# The synthetic recipe (synthetic clips only) has five stages, each
 # fine-tuning the one before on fresh clips:
 # 1. 2000 steps from scratch on 8-frame windows, the five motion cases in turn (TrainConfig());
 # 2. 500 steps at half the learning rate, crossing / occlusion / exit clips twice as likely

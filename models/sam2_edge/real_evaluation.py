@@ -70,8 +70,11 @@ def track(stream: SAM2Stream, frames: np.ndarray, prompt: Prompt) -> np.ndarray:
     return masks
 
 
-def score_clip(stream: SAM2Stream, clip: RealClip) -> tuple[ClipResult, np.ndarray]:
-    """Track ``clip``'s object from its frame-0 box, score it -> (ClipResult, masks (T, H, W))."""
+def score_clip(
+    stream: SAM2Stream, clip: RealClip, backward: bool = True
+) -> tuple[ClipResult, np.ndarray]:
+    """Track ``clip``'s object from its frame-0 box, score it -> (ClipResult, masks (T, H, W)).
+    ``backward`` False skips the forward-backward pass (its ``fb_iou`` is then NaN)."""
     first = clip.boxes[0]
     masks = track(stream, clip.frames, Prompt(box=list(first)))
     ious, static, absent = [], [], []
@@ -84,23 +87,27 @@ def score_clip(stream: SAM2Stream, clip: RealClip) -> tuple[ClipResult, np.ndarr
         else:
             ious.append(T.box_iou(predicted, box))
             static.append(T.box_iou(first, box))
-    fb = 0.0
-    if masks[-1].any():
+    fb = 0.0 if backward else float("nan")
+    if backward and masks[-1].any():
         back = track(stream, clip.frames[::-1], Prompt(mask=masks[-1]))
         fb = float(region_similarity(back[-1], masks[0]))
     return ClipResult(clip.name, len(clip.frames), ious, static, absent, fb), masks
 
 
 def evaluate_real(
-    graphs: Mapping, config: StreamConfig, clips: Sequence[RealClip], sheets: Path | None = None
+    graphs: Mapping,
+    config: StreamConfig,
+    clips: Sequence[RealClip],
+    sheets: Path | None = None,
+    backward: bool = True,
 ) -> list[ClipResult]:
     """Score ``graphs`` streamed with ``config`` on each real clip; with ``sheets``, write
     ``sheets/<clip>.png`` (every annotated frame: mask, hand-drawn box white, predicted box
-    in the object's colour)."""
+    in the object's colour); ``backward`` False skips the forward-backward pass."""
     stream = SAM2Stream(graphs, config)
     results = []
     for clip in clips:
-        result, masks = score_clip(stream, clip)
+        result, masks = score_clip(stream, clip, backward)
         results.append(result)
         if sheets is not None:
             write_sheet(Path(sheets) / f"{clip.name}.png", clip, masks)
@@ -116,7 +123,7 @@ def compare_real(
     clip are not independent, so read the SE with the per-clip rows)."""
     from edgekit.segmentation.metrics import paired_difference
 
-    ra, rb = (evaluate_real(graphs, config, clips) for graphs, config in (a, b))
+    ra, rb = (evaluate_real(g, config, clips, backward=False) for g, config in (a, b))
     rows = {"box IoU": ([v for r in ra for v in r.ious], [v for r in rb for v in r.ious])}
     rows |= {f"  {x.name}": (x.ious, y.ious) for x, y in zip(ra, rb, strict=True)}
     return {name: paired_difference(np.array(x), np.array(y)) for name, (x, y) in rows.items()}

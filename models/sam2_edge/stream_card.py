@@ -20,7 +20,7 @@ from edgekit.errors import InputError
 from edgekit.models.sam2_edge import clips as C
 from edgekit.models.sam2_edge import evaluation
 from edgekit.segmentation import graphs as contract
-from edgekit.segmentation.realclips import REAL_SETS
+from edgekit.segmentation.realclips import REAL_SET_TITLES, REAL_SETS
 
 if TYPE_CHECKING:
     from edgekit.segmentation.stream import StreamConfig
@@ -372,7 +372,7 @@ class StreamingSAM2Card(ModelCard):
         if self.options.get("eval_set") in REAL_SETS:
             from edgekit.models.sam2_edge.real_evaluation import format_real_table
 
-            which = "real" if self.options["eval_set"] == "real" else "real confirmation"
+            which = REAL_SET_TITLES[self.options["eval_set"]]
             title = f"{self.name}, {which} clips (hand-drawn boxes; prompt: frame-0 box)"
             return format_real_table(metrics, title)
         return evaluation.format_table(metrics, f"{self.name}, held-out set")

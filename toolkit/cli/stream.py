@@ -96,7 +96,7 @@ def paired_table(
     from edgekit.errors import InputError
     from edgekit.models.sam2_edge.evaluation import format_paired
     from edgekit.models.sam2_edge.stream_card import PREDICTOR_OPTIONS
-    from edgekit.segmentation.realclips import REAL_SETS
+    from edgekit.segmentation.realclips import REAL_SET_TITLES, REAL_SETS
 
     if not hasattr(card, "compare"):
         raise InputError(
@@ -121,7 +121,7 @@ def paired_table(
     if which in REAL_SETS:
         clips = len(card.real_clips())
         units = f"{rows['box IoU']['objects']:.0f} annotated frames, box IoU in percent"
-        which = "real" if which == "real" else "real confirmation"
+        which = REAL_SET_TITLES[which]
     else:
         clips = len(card.heldout())
         units = f"{rows['J&F']['objects']:.0f} objects"

@@ -24,6 +24,8 @@ ANNOTATIONS = Path(__file__).with_name("real_boxes.json")
 TEST_ANNOTATIONS = Path(__file__).with_name("real_boxes_test.json")
 #: the values of a SAM 2 card's ``eval_set`` option that name a real set (annotations())
 REAL_SETS = ("real", "real-test")
+#: how tables name each real set's clips
+REAL_SET_TITLES = {"real": "real", "real-test": "real confirmation"}
 MAX_FRAMES = 2000  # a clip longer than this is a malformed annotation file, not a clip
 
 
