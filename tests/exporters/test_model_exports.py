@@ -55,7 +55,7 @@ def test_int8_falls_back_to_uint8_weights_where_int8_sums_saturate(
         tries.append(dict(options.extra))
         floors = card.agreement_floors
         if "weight_type" not in options.extra:  # a floor no artifact meets: a real failure
-            card.agreement_floors = {**floors, "top1_agreement": 1.01}
+            card.agreement_floors = {**floors, "decided_top1_agreement": 1.01}
         try:
             return real(card, target, out, options, run)
         finally:
@@ -65,14 +65,14 @@ def test_int8_falls_back_to_uint8_weights_where_int8_sums_saturate(
     dest = tmp_path / "photo-cnn-onnx-int8"
     failed = dest.with_name(dest.name + ".failed-report.json")
     if not saturating:
-        with pytest.raises(ParityError, match="top1_agreement"):
+        with pytest.raises(ParityError, match="decided_top1_agreement"):
             build_bundle(card, Target.parse("onnx-int8"), dest, progress=False)
         assert len(tries) == 1 and not dest.exists() and failed.is_file()
         return
     bundle, report = build_bundle(card, Target.parse("onnx-int8"), dest, progress=False)
     assert report is not None and report.passed and not failed.exists()
     assert [t.get("weight_type") for t in tries] == [None, "uint8"]
-    assert "top1_agreement" in bundle.manifest["export_options"]["int8_fallback"]
+    assert "decided_top1_agreement" in bundle.manifest["export_options"]["int8_fallback"]
     int8 = bundle.manifest["graphs"]["classifier"]["details"]["int8"]
     assert int8["weight_type"] == "uint8" and int8["reduce_range"] is False
     assert selftest(str(bundle.path)).passed

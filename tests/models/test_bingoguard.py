@@ -12,6 +12,7 @@ import torch
 
 from edgekit.build.decision_parity import (
     class_flip_rate,
+    decided_class_agreement,
     decision_flip_rate,
     decision_parity,
     expected_calibration_error,
@@ -180,6 +181,18 @@ def test_decision_parity_metrics_on_hand_computed_cases() -> None:
     cand = np.array([0.1, 0.52, 0.55, 0.2])
     assert decision_flip_rate(ref, cand, 0.5) == pytest.approx(0.5)
     assert class_flip_rate(np.eye(3), np.eye(3)[[0, 2, 2]]) == pytest.approx(1 / 3)
+    # rows 0-1 decided clearly (softmax margin ~0.9), row 2 a near-tie (margin ~0.05)
+    ref_logits = np.array([[5.0, 0.0, 0.0], [0.0, 5.0, 0.0], [1.0, 1.1, -5.0]])
+    tie_flips = ref_logits.copy()
+    tie_flips[2] = [1.1, 1.0, -5.0]
+    assert decided_class_agreement(ref_logits, tie_flips, 0.1) == pytest.approx((1.0, 2 / 3))
+    clear_flips = tie_flips.copy()
+    clear_flips[0] = [0.0, 5.0, 0.0]
+    assert decided_class_agreement(ref_logits, clear_flips, 0.1) == pytest.approx((0.5, 2 / 3))
+    assert decided_class_agreement(ref_logits, clear_flips, 0.0)[0] == pytest.approx(1 / 3)
+    assert decided_class_agreement(ref_logits[2:], tie_flips[2:], 0.1) == (1.0, 0.0)
+    with pytest.raises(InputError):
+        decided_class_agreement(ref_logits, ref_logits[:, :2], 0.1)
     labels = np.array([0, 0, 0, 0, 1, 1, 1, 1, 1, 0])
     scores = np.array([0.1, 0.2, 0.3, 0.8, 0.9, 0.7, 0.6, 0.25, 0.85, 0.4])
     # 5 negatives: FPR 0.2 allows one false positive -> threshold just above 0.4

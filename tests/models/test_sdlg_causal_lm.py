@@ -379,6 +379,10 @@ def test_bad_folders_and_options_are_input_errors(tiny_gpt2: Path, tmp_path: Pat
 SMALL = {"people": 4, "dim": 32, "layers": 1, "heads": 2, "steps": 80, "batch_size": 16, "lr": 1e-2}
 # the default card's numbers on SMALL (its first 4 evaluated questions), computed before the
 # ``lm`` option existed: (answer, SDLG, sampling SE, predictive entropy, SDLG rows, sampling rows)
+# on an AVX-512 Xeon. The LM is trained in the test, and training on another SIMD width rounds
+# differently: on an AVX2-only EPYC the scores moved by up to 2.1e-3 relative (answers and row
+# counts identical), so the scores are held to RECORD_RTOL and the rest exactly.
+RECORD_RTOL = 1e-2
 DEFAULT_RECORDS = [
     ("a a", 1.8133686762903274, 10.327833968834112, 10.674179812354506, 14, 41),
     ("blue", 1.854068968322702, 11.29001607865971, 12.05108161665605, 18, 34),
@@ -422,7 +426,7 @@ def test_default_card_outputs_and_cache_keys_are_unchanged(
     ]  # fmt: skip
     for mine, before in zip(got, DEFAULT_RECORDS, strict=True):
         assert mine[0] == before[0] and mine[4:] == before[4:]
-        np.testing.assert_allclose(mine[1:4], before[1:4], rtol=1e-9)
+        np.testing.assert_allclose(mine[1:4], before[1:4], rtol=RECORD_RTOL)
     # the in-repo LM with option nli: its WordPiece answers reach the NLI model through text
     card = get_card("sdlg", nli=str(tiny_nli), **SMALL)
     card.eval_questions = 2

@@ -56,6 +56,27 @@ def class_flip_rate(reference_logits: Any, candidate_logits: Any) -> float:
     return float((ref.argmax(axis=1) != cand.argmax(axis=1)).mean())
 
 
+def decided_class_agreement(
+    reference_logits: Any, candidate_logits: Any, margin: float
+) -> tuple[float, float]:
+    """Argmax agreement over the rows (N, C) the reference decides clearly: its top softmax
+    probability at least ``margin`` above the runner-up. A near-tie is decided by noise far
+    below any precision's own error and flips under any perturbation, so a floor on it measures
+    the CPU's rounding, not the artifact. Returns (agreement over those rows, 1.0 when there
+    are none; their share of all rows)."""
+    ref, cand = np.asarray(reference_logits, np.float64), np.asarray(candidate_logits)
+    if ref.shape != cand.shape or ref.ndim != 2 or ref.shape[1] < 2:
+        raise InputError(f"logits must both be (N, C >= 2), got {ref.shape} and {cand.shape}")
+    if not len(ref):
+        return 1.0, 0.0
+    prob = np.exp(ref - ref.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    top2 = np.sort(prob, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] >= margin
+    same = ref.argmax(axis=1) == cand.argmax(axis=1)
+    return (float(same[clear].mean()) if clear.any() else 1.0), float(clear.mean())
+
+
 def threshold_at_fpr(scores: Any, labels: Any, fpr: float) -> float:
     """The lowest threshold whose false-positive rate (negatives with score >= it) is <= ``fpr``.
 
