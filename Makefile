@@ -7,7 +7,7 @@ STAMP := $(VENV)/.edgekit-installed
 TORCH ?= torch==2.13.0
 THREADS ?= 2
 
-.PHONY: setup demo test lint format bench bench-optimum clean
+.PHONY: setup videos demo test lint format bench bench-optimum clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet hydra-core iopath
 	touch $(STAMP)
 
-setup: $(STAMP)
+## OpenCV's recorded sample videos (a real-video evaluation set) into the cache, once: they come
+## from its source distribution on PyPI (96 MB, checked by SHA-256; see docs/sam2.md).
+videos: $(STAMP)
+	@$(BIN)/python -m edgekit.segmentation.sample_videos
+
+setup: $(STAMP) videos
 
 ## Export the demo models to every format this machine supports, verify, benchmark side by side.
 demo: $(STAMP)
@@ -41,7 +46,7 @@ $(BROWSER_STAMP):
 ## The test suite (what CI runs), one worker per core up to 4 (TEST_WORKERS=1: one process);
 ## each test file runs whole on one worker. Prints the ten slowest tests and the wall time.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-test: $(STAMP) $(BROWSER_STAMP)
+test: $(STAMP) $(BROWSER_STAMP) videos
 	@start=$$(date +%s); $(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 \
 		-n $(TEST_WORKERS) --dist loadfile; rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall, exit $$rc, cache $${EDGEKIT_CACHE:-$$HOME/.cache/edgekit}"; \

@@ -272,7 +272,7 @@ class StreamingSAM2Card(ModelCard):
         )
 
     def real_clips(self) -> tuple[Any, ...]:
-        """The recorded clips of ``eval_set`` ("real" or "real-test"), the first
+        """The recorded clips of ``eval_set`` (realclips.REAL_SETS), the first
         ``eval_clips`` by name (default all)."""
         from edgekit.segmentation.realclips import real_clips
 

@@ -42,7 +42,8 @@ RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 # Contracts: pure modules a package publishes for the layers below it to build, evaluate or
 # choose by. Each imports only the core and other contracts (the test below holds them to it:
 # no runtime, bundle or device). The SAM 2 graph contract, streaming predictor, its config,
-# its motion model, prompts, array maths, metrics, rollout parity, box tracking metrics, the real clips and mask
+# its motion model, prompts, array maths, metrics, rollout parity, box tracking metrics, the real clips (and the
+# recorded sample videos they read) and mask
 # rendering (a streaming card's task metric is a rollout of that predictor over its graphs); the tensor- and decision-parity metrics bundles
 # self-test and cards evaluate with; the bundle policy keys exporters write; the machine facts
 # (CPU flags) exporters pick int8 recipes by; the simulated world's photos the sim camera
@@ -61,6 +62,7 @@ CONTRACTS = {
             "rollout",
             "tracking",
             "realclips",
+            "sample_videos",
             "render",
         )  # fmt: skip
     ),

