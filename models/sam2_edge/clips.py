@@ -31,6 +31,11 @@ is hidden by another cut-out object (id 2, two to three times its size, often cu
 photo) that passes in front of it for many frames, instead of by a bar. A real tracked object is
 hidden by other real things (a passing car, a person), and a tracker trained only on bars
 learns to follow whatever covers its object.
+``train-twin`` is ``train-occluder`` whose ``occlusion`` and ``exit`` clips show, instead of an
+independent second object, a twin of the first (the same cut-out, outline and texture) that
+drifts elsewhere in the frame the whole time: while the object is hidden or out of the frame
+its mask is empty although its double is in view, as when the next identical sign or plate
+comes into view after the tracked one has left.
 """
 
 from __future__ import annotations
@@ -64,9 +69,10 @@ HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
 WIDE_PHOTOS = ("china", "flower", "grace_hopper", "hubble_deep_field")
 SPLIT_SEEDS = {
     "train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017, "train-cutout": 5_500_021,
-    "train-occluder": 6_600_029,
+    "train-occluder": 6_600_029, "train-twin": 8_800_037,
 }  # fmt: skip
-CUTOUT_SPLITS = ("train-cutout", "train-occluder")  # splits whose objects are cut from photos
+CUTOUT_SPLITS = ("train-cutout", "train-occluder", "train-twin")  # objects cut from photos
+OCCLUDER_SPLITS = ("train-occluder", "train-twin")  # occlusion by a passing cut-out, not a bar
 DEFAULT_SIZE = 256
 WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
 
@@ -281,14 +287,27 @@ def _occluded_by_object(rng, size, frames, shape) -> list[_Object]:
     return [hidden, cover]
 
 
+def _twin(rng, size, frames, original: _Object) -> _Object:
+    """A double of ``original`` (its outline and texture, its scale on frame 0) drifting on a
+    path of its own inside the frame."""
+    extent = float(np.abs(original.outline).max() * original.scales[0])
+    copy = lambda _radius: (original.outline, original.texture)  # noqa: E731
+    double = _drifting(rng, size, frames, extent, copy)
+    return _Object(
+        double.outline, double.texture, double.centres,
+        np.full(frames, original.scales[0]), double.angles,
+    )  # fmt: skip
+
+
 def _case_objects(
-    case, rng, size, frames, shape, enlarge=None, occluder=False
+    case, rng, size, frames, shape, enlarge=None, occluder=False, twin=False
 ) -> tuple[list[_Object], list[int], tuple | None]:
     """The objects of one motion case (the case's own first), their drawing order (back to
     front) and the occluding bar (axis, lo, hi) or None. ``shape(radius)`` -> (outline,
     texture); ``enlarge()``, where given, scales the radius of objects that need not hide behind
     a bar or leave the frame (linear, scale, crossing, the second object). With ``occluder``
-    an occlusion is by a second object passing in front (``_occluded_by_object``), not a bar."""
+    an occlusion is by a second object passing in front (``_occluded_by_object``), not a bar;
+    with ``twin`` an occlusion or exit clip adds a twin of the first object (``_twin``)."""
     larger = enlarge or (lambda: 1.0)
     radius = lambda: rng.uniform(0.08, 0.17) * size  # noqa: E731
     bar = None
@@ -340,8 +359,11 @@ def _case_objects(
     else:
         raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
     order = list(range(len(objects)))  # back to front
+    if twin and case in ("occlusion", "exit"):
+        objects.append(_twin(rng, size, frames, objects[0]))
+        order.append(len(objects) - 1)  # in front: the twin stays in view
     # an independent second object (id 2) where the case has one object
-    if case != "crossing" and len(objects) == 1 and rng.random() < 0.6:
+    elif case != "crossing" and len(objects) == 1 and rng.random() < 0.6:
         objects.append(_drifting(rng, size, frames, radius() * larger(), shape))
         order.insert(int(rng.integers(2)), 1)
     return objects, order, bar
@@ -413,8 +435,9 @@ def make_clip(
 
             shapes = CutoutShapes(rng, photos, background)
             objects, order, bar = _case_objects(
-                case, rng, size, frames, shapes, shapes.enlarge, split == "train-occluder"
-            )
+                case, rng, size, frames, shapes, shapes.enlarge,
+                split in OCCLUDER_SPLITS, split == "train-twin",
+            )  # fmt: skip
         else:
             shape = partial(_shape, rng, partial(_texture, rng, photos, background))
             objects, order, bar = _case_objects(case, rng, size, frames, shape)
@@ -427,7 +450,7 @@ def make_clip(
         if split in CUTOUT_SPLITS and not flat:
             pixels = shapes.relight(pixels)
         first_area = masks[0].sum(axis=(1, 2)).min()
-        occluded = split == "train-occluder" and case == "occlusion"
+        occluded = split in OCCLUDER_SPLITS and case == "occlusion"
         if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped, occluded):
             ids = tuple(range(1, len(objects) + 1))
             return Clip(pixels, masks, ids, case, background, split, index)

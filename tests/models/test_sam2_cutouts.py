@@ -101,3 +101,44 @@ def test_occluder_recipe_continues_mix_long_on_occluder_clips():
     assert config.split == "train-occluder" and config.mix_split == "train"
     assert config.init == RECIPES["mix-long"]
     assert config.case_weights[C.CASES.index("occlusion")] == max(config.case_weights)
+
+
+def test_twin_clips_keep_a_double_in_view_while_the_object_is_gone():
+    """``train-twin``: an exit or occlusion clip adds a last object that is the first's double
+    (the same outline and texture, so the same colours), in front of the rest and visible on
+    every frame, including those where the first one has no pixel; other cases are unchanged."""
+    for case in ("exit", "occlusion"):
+        for index in (0, 1):
+            clip = C.make_clip("train-twin", index, frames=32, case=case)
+            first, twin = clip.hidden[:, 0], clip.hidden[:, -1]
+            assert first.any() and not first[0] and not twin.any(), (case, index)
+            pixels = [clip.frames[0][clip.masks[0, k]] for k in (0, -1)]  # same lighting
+            means = [p.reshape(-1, 3).astype(float).mean(0) for p in pixels]
+            assert np.abs(means[0] - means[1]).max() < 40, means  # the double looks alike
+            again = C.make_clip("train-twin", index, frames=32, case=case)
+            assert np.array_equal(again.frames, clip.frames)
+    linear = C.make_clip("train-twin", 5, frames=6, case="linear")
+    assert len(linear.object_ids) in (1, 2)
+
+
+def test_twin_recipe_continues_the_default_on_twin_clips():
+    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, RECIPES, SAM2EdgeCard
+
+    config = SAM2EdgeCard(recipe="twin").train_config()
+    assert config.split == "train-twin" and config.mix_split == "train"
+    assert config.init == DEFAULT_RECIPE == RECIPES["occluder"]
+    assert config.clip_offset > DEFAULT_RECIPE.clip_offset + DEFAULT_RECIPE.steps * 4
+
+
+def test_a_twin_is_the_same_outline_and_texture_on_a_path_inside_the_frame():
+    rng = np.random.default_rng(0)
+    outline = np.array([[-10.0, -6.0], [12.0, -5.0], [9.0, 8.0], [-8.0, 7.0]])
+    texture = rng.random((8, 8, 3)).astype(np.float32)
+    frames = 20
+    original = C._Object(
+        outline, texture, np.zeros((frames, 2)), np.linspace(1.5, 1.0, frames), np.zeros(frames)
+    )
+    twin = C._twin(rng, 128, frames, original)
+    assert twin.outline is outline and twin.texture is texture
+    assert np.all(twin.scales == 1.5)  # the original's size when it is prompted
+    assert twin.centres.min() >= 12 * 1.5 and twin.centres.max() <= 128 - 12 * 1.5
