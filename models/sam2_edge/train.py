@@ -13,6 +13,8 @@ from (trained first, or loaded from the cache), ``clip_offset`` moves the stage 
 clips the earlier stage never saw, and ``case_weights`` draws the clips' motion cases with
 other odds than the uniform cycle (the default recipe's second stage doubles crossing,
 occlusion and exit clips: the cases where a tracker switches identity or fails to re-acquire).
+``wise`` < 1 interpolates a stage's trained weights with those it started from (WiSE-FT,
+``blend``): the same config with ``wise=1`` is trained (or loaded) first, then blended.
 
 Torch runs on one thread by default while a helper thread renders the next step's clips on the
 second core: on a 2-core machine shared with other work, a 2-thread torch step was measured 5-8x
@@ -69,6 +71,7 @@ class TrainConfig:
     split: str = "train"  # clips' split: "train" or "train-wide" (more photos, turned; clips.py)
     mix_split: str = ""  # a second training split ("" = none) ...
     mix_share: float = 0.0  # ... drawing this share of the clips (seeded per clip)
+    wise: float = 1.0  # the stage's weights: (1 - wise) * init's + wise * trained (WiSE-FT)
 
     def key(self) -> str:
         """Cache key (16 hex chars): recipe_key over "sam2-edge", RECIPE_VERSION and this config,
@@ -77,7 +80,7 @@ class TrainConfig:
 
 
 #: fields that enter the cache key only when set away from their defaults
-KEY_OPTIONAL = {"mix_split": "", "mix_share": 0.0}
+KEY_OPTIONAL = {"mix_split": "", "mix_share": 0.0, "wise": 1.0}
 
 
 @dataclass
@@ -180,6 +183,19 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
             clip = replace(clip, frames=recolour(clip.frames, rng))
         batch.append(clip)
     return rollout.make_batch(batch, config.max_items)
+
+
+def blend(start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], wise: float):
+    """(1 - wise) * start + wise * tuned for every floating-point tensor (the same keys and
+    shapes), ``tuned``'s own value for any other (counters); a mismatch is a ValueError."""
+    if set(start) != set(tuned) or any(start[k].shape != tuned[k].shape for k in tuned):
+        raise ValueError("blended weights must have the same keys and shapes")
+    return {
+        k: ((1.0 - wise) * start[k].float() + wise * v.float()).to(v.dtype)
+        if v.is_floating_point()
+        else v.clone()
+        for k, v in tuned.items()
+    }
 
 
 def load_init(net: EdgeSAM2, weights: dict[str, torch.Tensor]) -> list[str]:
@@ -340,6 +356,15 @@ def train_cached(
     partial = checkpoint_path(path)
 
     def train() -> TrainResult:
+        if config.wise != 1.0:
+            if config.init is None or not 0.0 < config.wise < 1.0:
+                raise ValueError(f"wise must be in (0, 1) on a stage with an init, got {config}")
+            tuned = train_cached(replace(config, wise=1.0), progress, force, show_progress, shipped)
+            start_weights = train_cached(config.init, progress, False, show_progress, shipped)
+            state = blend(start_weights.state_dict, tuned.state_dict, config.wise)
+            return TrainResult(
+                state, config, tuned.seconds, tuned.final_loss, tuned.losses, path=path
+            )
         start = None
         if config.init is not None:
             start = train_cached(config.init, progress, False, show_progress, shipped).state_dict

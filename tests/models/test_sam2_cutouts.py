@@ -4,6 +4,8 @@ lighting drift changes pixels, never masks."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -121,13 +123,15 @@ def test_twin_clips_keep_a_double_in_view_while_the_object_is_gone():
     assert len(linear.object_ids) in (1, 2)
 
 
-def test_twin_recipe_continues_the_default_on_twin_clips():
+def test_twin_recipe_continues_the_occluder_stage_and_the_default_blends_the_two():
     from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, RECIPES, SAM2EdgeCard
 
     config = SAM2EdgeCard(recipe="twin").train_config()
+    occluder = RECIPES["occluder"]
     assert config.split == "train-twin" and config.mix_split == "train"
-    assert config.init == DEFAULT_RECIPE == RECIPES["occluder"]
-    assert config.clip_offset > DEFAULT_RECIPE.clip_offset + DEFAULT_RECIPE.steps * 4
+    assert config.init == occluder and config.wise == 1.0
+    assert config.clip_offset > occluder.clip_offset + occluder.steps * 4
+    assert replace(config, wise=0.5) == DEFAULT_RECIPE
 
 
 def test_a_twin_is_the_same_outline_and_texture_on_a_path_inside_the_frame():

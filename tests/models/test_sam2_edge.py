@@ -297,17 +297,18 @@ def test_packaged_weights_are_the_default_recipe() -> None:
 
     card = SAM2EdgeCard()
     recipe = card.train_config()
-    assert recipe == DEFAULT_RECIPE == OCCLUDER_RECIPE and recipe.init == MIX_LONG_RECIPE
-    stages = recipe_stages(recipe)  # eight: five synthetic, then mix, mix-long, occluder
-    assert len(stages) == 8 and stages[0] == TrainConfig() and stages[4] == SYNTHETIC_RECIPE
-    for stage in (recipe, recipe.init, SYNTHETIC_RECIPE):  # the default's last two stages ship
-        path = packaged_weights(stage)  # (options of the last need only the one before's)
+    assert recipe == DEFAULT_RECIPE and recipe.wise == 0.5 and recipe.init == OCCLUDER_RECIPE
+    assert OCCLUDER_RECIPE.init == MIX_LONG_RECIPE
+    stages = recipe_stages(recipe)  # nine: five synthetic, mix, mix-long, occluder, the blend
+    assert len(stages) == 9 and stages[0] == TrainConfig() and stages[4] == SYNTHETIC_RECIPE
+    for stage in (recipe, recipe.init, SYNTHETIC_RECIPE):  # the default and the stage it blends
+        path = packaged_weights(stage)  # from ship (options of the last retrain from there)
         assert path.is_file(), f"no packaged weights at {path}"
     result = card.train()
     assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
-    assert SAM2EdgeCard(steps=10).train_config().init == MIX_LONG_RECIPE  # options: last stage
+    assert SAM2EdgeCard(steps=10).train_config().init == OCCLUDER_RECIPE  # options: last stage
     assert SAM2EdgeCard(recolour=1).train_config().recolour == 1
     synthetic = SAM2EdgeCard(recipe="synthetic")
     assert synthetic.train_config() == SYNTHETIC_RECIPE and synthetic.train().cached
@@ -327,13 +328,43 @@ def test_packaged_weights_are_the_default_recipe() -> None:
         ({"recipe": "huge"}, "unknown recipe 'huge'; expected one of default, synthetic, wide"),
         (
             {"stage": 0},
-            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 8",
+            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 9",
         ),
         ({"recipe": "wide", "stage": 5}, "expected an integer from 1 to 4"),
         ({"stage": "last"}, "stage='last' picks a stage"),
     ):
         with pytest.raises(InputError, match=named):
             SAM2EdgeCard(**bad).train_config()
+
+
+def test_a_wise_stage_blends_its_trained_weights_with_its_start(tmp_path, monkeypatch) -> None:
+    """``wise`` < 1: the same stage with wise=1 is trained (and cached) first, then every float
+    tensor is (1 - wise) * start + wise * trained; the blend is cached under its own key."""
+    from edgekit.models.sam2_edge.train import blend
+
+    monkeypatch.setenv("EDGEKIT_CACHE", str(tmp_path))
+    first = _tiny_config(1)
+    tuned_config = replace(first, init=first, clip_offset=100, lr=1e-3)
+    half = replace(tuned_config, wise=0.25)
+    assert half.key() != tuned_config.key() and tuned_config.key() == replace(first, init=first,
+        clip_offset=100, lr=1e-3).key()  # fmt: skip
+    result = train_cached(half, show_progress=False)
+    start, tuned = load_cached(first), load_cached(tuned_config)
+    assert start is not None and tuned is not None  # both trained and cached on the way
+    for key, value in result.state_dict.items():
+        if not value.is_floating_point():  # counters: the trained stage's
+            assert torch.equal(value, tuned.state_dict[key]), key
+            continue
+        want = 0.75 * start.state_dict[key] + 0.25 * tuned.state_dict[key]
+        assert torch.allclose(value, want, atol=1e-7), key
+    again = train_cached(half, show_progress=False)
+    assert again.cached and torch.equal(
+        again.state_dict["no_mem_embed"], result.state_dict["no_mem_embed"]
+    )
+    with pytest.raises(ValueError, match="same keys and shapes"):
+        blend({"a": torch.zeros(2)}, {"a": torch.zeros(3)}, 0.5)
+    with pytest.raises(ValueError, match="wise must be in"):
+        train_cached(replace(first, wise=0.5), show_progress=False)  # no init to blend with
 
 
 def test_staged_training_starts_from_the_earlier_stage(tmp_path, monkeypatch) -> None:
