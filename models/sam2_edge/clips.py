@@ -46,6 +46,7 @@ from functools import lru_cache, partial
 import numpy as np
 
 from edgekit.errors import InputError
+from edgekit.models.sam2_edge.clip_render import background_frames, render
 
 CASES = ("linear", "scale", "crossing", "occlusion", "exit")
 TRAIN_PHOTOS = (
@@ -369,41 +370,6 @@ def _case_objects(
     return objects, order, bar
 
 
-# ---- rendering -----------------------------------------------------------------------------
-def _rasterise(obj: _Object, t: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Pixel rows, cols inside the object's outline at frame t (pixel centres)."""
-    from skimage.draw import polygon
-
-    c, s = np.cos(obj.angles[t]), np.sin(obj.angles[t])
-    rot = np.array([[c, -s], [s, c]]) * obj.scales[t]
-    points = obj.outline @ rot.T + obj.centres[t]  # (V, 2) (x, y)
-    return polygon(points[:, 1], points[:, 0], shape=(size, size))
-
-
-def _texture_at(obj: _Object, t: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
-    """Texture colours (N, 3) at image pixels (rows, cols): the texture moves with the object."""
-    c, s = np.cos(obj.angles[t]), np.sin(obj.angles[t])
-    dx, dy = cols - obj.centres[t, 0], rows - obj.centres[t, 1]
-    u = (c * dx + s * dy) / obj.scales[t]  # inverse rotation and scale
-    v = (-s * dx + c * dy) / obj.scales[t]
-    n = obj.texture.shape[0]
-    ui = np.floor(u + n / 2).astype(np.int64) % n
-    vi = np.floor(v + n / 2).astype(np.int64) % n
-    return obj.texture[vi, ui]
-
-
-def _background_frames(rng, photo: np.ndarray, size: int, frames: int) -> np.ndarray:
-    """(T, size, size, 3) float32: a crop of the photo panning slowly."""
-    h, w = photo.shape[:2]
-    pan = rng.uniform(-1.5, 1.5, size=2)
-    start = np.array([rng.uniform(0, w - size), rng.uniform(0, h - size)])
-    out = np.empty((frames, size, size, 3), np.float32)
-    for t in range(frames):
-        x, y = np.clip(start + pan * t, 0, [w - size, h - size]).round().astype(int)
-        out[t] = photo[y : y + size, x : x + size]
-    return out
-
-
 def make_clip(
     split: str = "train",
     index: int = 0,
@@ -416,7 +382,7 @@ def make_clip(
     """The clip number ``index`` of ``split``: deterministic in all its arguments.
 
     ``case`` defaults to CASES[index % 5]. ``flat`` renders every object in one solid colour
-    (``FLAT_COLOURS[k % 3]``, k = id - 1) over black with a white bar (for checking masks against pixels).
+    (``clip_render.FLAT_COLOURS[k % 3]``, k = id - 1) over black with a white bar (for checking masks against pixels).
     Returns a Clip with frames (T, size, size, 3) uint8 and masks (T, K, size, size) bool.
     """
     if frames < 3 or size < 32:
@@ -445,8 +411,8 @@ def make_clip(
         photo = load_background(background)
         if split == "train-wide":
             photo = _turned(photo, rng)
-        base = _background_frames(rng, photo, size, frames)
-        pixels, masks, overlapped = _render(objects, order, bar, bar_texture, base, flat)
+        base = background_frames(rng, photo, size, frames)
+        pixels, masks, overlapped = render(objects, order, bar, bar_texture, base, flat)
         if split in CUTOUT_SPLITS and not flat:
             pixels = shapes.relight(pixels)
         first_area = masks[0].sum(axis=(1, 2)).min()
@@ -457,39 +423,6 @@ def make_clip(
     raise RuntimeError(
         f"could not draw a valid '{case}' clip for {split}/{index}"
     )  # pragma: no cover
-
-
-FLAT_COLOURS = ((255, 0, 0), (0, 255, 0), (0, 0, 255))
-
-
-def _render(objects, order, bar, bar_texture, base, flat) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(frames uint8, masks bool, whether one object ever covered another)."""
-    frames, size = base.shape[0], base.shape[1]
-    overlapped = False
-    canvas = np.zeros_like(base) if flat else base.copy()
-    owner = np.full((frames, size, size), -1, np.int16)  # which object each pixel shows
-    for t in range(frames):
-        for k in order:
-            obj = objects[k]
-            rows, cols = _rasterise(obj, t, size)
-            overlapped = overlapped or bool((owner[t, rows, cols] >= 0).any())
-            owner[t, rows, cols] = k
-            if flat:
-                canvas[t, rows, cols] = np.array(FLAT_COLOURS[k % 3], np.float32) / 255
-            else:
-                canvas[t, rows, cols] = _texture_at(obj, t, rows, cols)
-        if bar is not None:
-            axis, lo, hi = bar
-            span = slice(int(np.floor(lo)), int(np.ceil(hi)))
-            region = (slice(None), span) if axis == 0 else (span, slice(None))
-            owner[t][region] = -1
-            if flat:
-                canvas[t][region] = 1.0
-            else:
-                canvas[t][region] = np.resize(bar_texture, canvas[t][region].shape)
-    masks = np.stack([owner == k for k in range(len(objects))], axis=1)  # (T, K, H, W)
-    frames_u8 = np.clip(canvas * 255.0 + 0.5, 0, 255).astype(np.uint8)
-    return frames_u8, masks, overlapped
 
 
 def _case_happens(case: str, masks: np.ndarray, overlapped: bool, occluded=False) -> bool:

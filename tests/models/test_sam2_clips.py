@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from edgekit.errors import InputError
-from edgekit.models.sam2_edge import clips
+from edgekit.models.sam2_edge import clip_render, clips
 
 SIZE = 96  # small clips keep these tests fast; the generator scales with size
 
@@ -32,7 +32,7 @@ def test_shapes_and_dtypes() -> None:
 def test_masks_are_exactly_the_visible_pixels(index: int) -> None:
     clip = clips.make_clip("train", index, frames=8, size=SIZE, flat=True)
     for k in range(clip.masks.shape[1]):
-        colour = np.array(clips.FLAT_COLOURS[k % 3], np.uint8)
+        colour = np.array(clip_render.FLAT_COLOURS[k % 3], np.uint8)
         painted = (clip.frames == colour).all(axis=-1)
         np.testing.assert_array_equal(clip.masks[:, k], painted)
     assert clip.masks.sum(axis=1).max() <= 1  # visible parts never overlap
