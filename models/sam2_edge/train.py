@@ -185,7 +185,9 @@ def training_batch(config: TrainConfig, step: int) -> rollout.Batch:
     return rollout.make_batch(batch, config.max_items)
 
 
-def blend(start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], wise: float):
+def blend(
+    start: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], wise: float
+) -> dict[str, torch.Tensor]:
     """(1 - wise) * start + wise * tuned for every floating-point tensor (the same keys and
     shapes), ``tuned``'s own value for any other (counters); a mismatch is a ValueError."""
     if set(start) != set(tuned) or any(start[k].shape != tuned[k].shape for k in tuned):
