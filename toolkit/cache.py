@@ -107,6 +107,15 @@ def atomic_open(dest: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
         raise
 
 
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``dest`` atomically; returns ``dest`` as a Path."""
     with atomic_open(dest, "wb") as handle:

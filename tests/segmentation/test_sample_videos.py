@@ -40,7 +40,7 @@ def pinned(tmp_path, monkeypatch):
     monkeypatch.setattr(S, "VIDEOS", videos)
 
     def pin(path: Path) -> Path:
-        monkeypatch.setattr(S, "SDIST_SHA256", S._sha256(path))
+        monkeypatch.setattr(S, "SDIST_SHA256", S.sha256_file(path))
         return path
 
     return pin

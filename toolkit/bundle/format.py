@@ -20,7 +20,6 @@ listed files (edgekit.bundle.guard).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -42,6 +41,7 @@ from edgekit.bundle.policy import (
     parse_manifest,
 )
 from edgekit.bundle.runtime import check_io_matches, default_device, runtime_options
+from edgekit.cache import sha256_file
 from edgekit.errors import BundleError, InputError
 from edgekit.tensorspec import TensorSpec
 
@@ -59,15 +59,6 @@ __all__ = [
 GOLDEN_REFERENCE_PREFIX = "reference/"
 GOLDEN_OUTPUT_PREFIX = "output/"
 GOLDEN_INPUT_PREFIX = "input/"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass

@@ -12,7 +12,6 @@ and one log line.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import os
 import tempfile
@@ -26,6 +25,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from edgekit.cache import sha256_file
 from edgekit.daemon.guard import Guard, log, public_status, public_text
 from edgekit.daemon.loop import FrameLoop
 from edgekit.daemon.metrics import DaemonMetrics
@@ -240,7 +240,7 @@ def create_app(state: DaemonState) -> FastAPI:
         tmp = await _receive_upload(request, state)
         try:
             expected = request.headers.get("x-edgekit-sha256")
-            if expected and _sha256(tmp) != expected.strip().lower():
+            if expected and sha256_file(tmp) != expected.strip().lower():
                 raise InputError("the uploaded archive's sha256 differs from X-Edgekit-Sha256")
             result = await run_in_threadpool(_deploy, state, name, tmp)
         finally:
@@ -322,14 +322,6 @@ def _bench(
     for row in report["results"]:
         row["bundle_name"] = name
     return report
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _public_bundle(info: dict[str, Any], authorized: bool) -> dict[str, Any]:

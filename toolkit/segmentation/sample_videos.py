@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgekit.cache import atomic_open, cache_dir
+from edgekit.cache import atomic_open, cache_dir, sha256_file
 from edgekit.errors import InputError
 
 PACKAGE = "opencv-python-headless"
@@ -79,17 +79,9 @@ def folder() -> Path:
     return cache_dir("videos", f"opencv-{VERSION}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _present(video: SampleVideo) -> bool:
     path = folder() / video.name
-    return path.is_file() and _sha256(path) == video.sha256
+    return path.is_file() and sha256_file(path) == video.sha256
 
 
 def missing() -> list[str]:
@@ -134,7 +126,7 @@ def extract(sdist: Path) -> list[Path]:
     Each video is checked against its own SHA-256 before it is renamed into place; an sdist
     that is not the pinned file, or lacks a video, is an InputError and writes nothing.
     """
-    if _sha256(sdist) != SDIST_SHA256:
+    if sha256_file(sdist) != SDIST_SHA256:
         raise InputError(f"{sdist} is not {SDIST} (its SHA-256 differs from the pinned one)")
     wanted = {v.member: v for v in VIDEOS.values()}
     found: dict[str, bytes] = {}
