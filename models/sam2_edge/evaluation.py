@@ -20,6 +20,7 @@ import numpy as np
 
 from edgekit.models.sam2_edge import clips as C
 from edgekit.segmentation import metrics as segmetrics
+from edgekit.segmentation.region import RegionStream, open_stream
 from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 
 HELDOUT_CLIPS = 20  # four of each motion case
@@ -67,7 +68,7 @@ def first_mask_prompts(clip: C.Clip) -> dict[int, Prompt]:
 
 
 def track_clip(
-    stream: SAM2Stream, clip: C.Clip, prompt: str = "mask"
+    stream: SAM2Stream | RegionStream, clip: C.Clip, prompt: str = "mask"
 ) -> tuple[np.ndarray, np.ndarray]:
     """Track every object of ``clip`` from its frame-0 ``prompt`` ("mask" or "click")
     -> masks (T, K, H, W) bool, object scores (T, K)."""
@@ -113,7 +114,7 @@ def evaluate_graphs(
     clips = heldout_clips() if clips is None else clips
     config = config or stream_config(image_size)
     scores = track_scores(graphs, clips, config)
-    stream = SAM2Stream(graphs, config)
+    stream = open_stream(graphs, config)
     by_case: dict[str, list[segmetrics.VideoScores]] = {}
     clicked, one, five = [], [], []
     for clip, video in zip(clips, scores, strict=True):
@@ -143,7 +144,7 @@ def track_scores(
 ) -> list[segmetrics.VideoScores]:
     """Per clip, J and F of every object tracked from its frame-0 mask (first and last
     frames dropped), streamed over ``graphs`` with ``config``."""
-    stream = SAM2Stream(graphs, config)
+    stream = open_stream(graphs, config)
     return [
         segmetrics.score_video(track_clip(stream, clip, "mask")[0], clip.masks, True)
         for clip in clips

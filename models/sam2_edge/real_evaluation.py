@@ -27,6 +27,7 @@ import numpy as np
 from edgekit.segmentation import tracking as T
 from edgekit.segmentation.metrics import region_similarity
 from edgekit.segmentation.realclips import RealClip
+from edgekit.segmentation.region import RegionStream, open_stream
 from edgekit.segmentation.stream import Prompt, SAM2Stream, StreamConfig
 
 OBJECT = 1  # the one object id of a real clip
@@ -61,7 +62,7 @@ class ClipResult:
         }
 
 
-def track(stream: SAM2Stream, frames: np.ndarray, prompt: Prompt) -> np.ndarray:
+def track(stream: SAM2Stream | RegionStream, frames: np.ndarray, prompt: Prompt) -> np.ndarray:
     """Track one object through ``frames`` (T, H, W, 3) from ``prompt`` on frame 0 -> masks
     (T, H, W) bool."""
     masks = np.zeros(frames.shape[:3], bool)
@@ -72,7 +73,7 @@ def track(stream: SAM2Stream, frames: np.ndarray, prompt: Prompt) -> np.ndarray:
 
 
 def score_clip(
-    stream: SAM2Stream, clip: RealClip, backward: bool = True
+    stream: SAM2Stream | RegionStream, clip: RealClip, backward: bool = True
 ) -> tuple[ClipResult, np.ndarray]:
     """Track ``clip``'s object from its frame-0 box, score it -> (ClipResult, masks (T, H, W)).
     ``backward`` False skips the forward-backward pass (its ``fb_iou`` is then NaN)."""
@@ -105,7 +106,7 @@ def evaluate_real(
     """Score ``graphs`` streamed with ``config`` on each real clip; with ``sheets``, write
     ``sheets/<clip>.png`` (every annotated frame: mask, hand-drawn box white, predicted box
     in the object's colour); ``backward`` False skips the forward-backward pass."""
-    stream = SAM2Stream(graphs, config)
+    stream = open_stream(graphs, config)
     results = []
     for clip in clips:
         result, masks = score_clip(stream, clip, backward)

@@ -45,6 +45,8 @@ STREAM_OPTION_NAMES = (
     "remove_sprinkle_area",
     "refine_radius",
     "refine_eps",
+    "search_region",
+    "box_clip",
 )
 #: predictors a card streams with (card option ``tracker``): StreamConfig options on top of
 #: SAM 2's video predictor. "samurai": SAMURAI's motion-aware mask choice and memory selection

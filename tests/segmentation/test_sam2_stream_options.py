@@ -13,6 +13,7 @@ from edgekit.segmentation.stream import (
     Prompt,
     SAM2Stream,
     StreamConfig,
+    confine_to_box,
     fill_holes,
     non_overlapping_logits,
 )
@@ -141,6 +142,47 @@ def test_mask_threshold_fill_holes_and_single_mask_tracking_in_the_stream():
     assert single[:, :4].all() and not single[:, 4:].any()
     assert not tracked(remove_sprinkle_area=3 * 16).any()  # the 3 x 16 band is a sprinkle
     assert np.array_equal(tracked(fill_hole_area=3), band)
+
+
+class FullMaskGraphs(FakeGraphs):
+    """Every mask token covers the whole frame: a mask that spills past any box."""
+
+    def mask_decoder(self, feeds):
+        out = super().mask_decoder(feeds)
+        out["low_res_masks"] = np.full_like(out["low_res_masks"], 5.0)
+        return out
+
+
+def test_confine_to_box_keeps_the_cells_a_box_overlaps():
+    low = np.full((16, 16), 5.0, np.float32)  # a 64 px input: 4 px cells
+    coords = np.array([[16.0, 8.0], [40.0, 30.0], [20.0, 20.0]], np.float32)
+    labels = np.array([G.LABEL_BOX_TOP_LEFT, G.LABEL_BOX_BOTTOM_RIGHT, G.LABEL_POSITIVE])
+    out = confine_to_box(low, coords, labels, 64)
+    kept = np.argwhere(out == 5.0)
+    assert kept.min(axis=0).tolist() == [2, 4] and kept.max(axis=0).tolist() == [7, 9]
+    assert (out[out != 5.0] == -5.0).all()
+    points_only = confine_to_box(low, coords[2:], labels[2:], 64)
+    np.testing.assert_array_equal(points_only, low)  # no box: unchanged
+
+
+def test_box_clip_confines_a_box_prompts_mask_in_output_and_memory():
+    def run(**options):
+        fake = FullMaskGraphs()
+        stream = SAM2Stream(fake.set(), StreamConfig(image_size=S, **options))
+        first = stream.start(frame(h=S, w=S), {1: Prompt(box=[16, 8, 40, 30])})
+        second = stream.track(frame(h=S, w=S))
+        return first.masks[1], second.masks[1], fake.calls[G.MEMORY_ENCODER][0]["mask_logits"]
+
+    spilled, _, spilled_memory = run()
+    assert spilled.all() and (spilled_memory == 5.0).all()  # SAM 2: the mask ignores the box
+    first, tracked, memory = run(box_clip=True)
+    rows, cols = np.nonzero(first)  # the box's cells: input rows 8-31, columns 16-39
+    assert (rows.min(), cols.min(), rows.max(), cols.max()) == (8, 16, 31, 39)
+    assert first[8:32, 17:39].all() and first[9:31, 16:40].all()  # bilinear rounds the corners
+    assert (memory[0, 0] == 5.0).sum() == 6 * 6 and (memory[0, 0] == -5.0).sum() == 16 * 16 - 36
+    assert tracked.all()  # tracked frames are not confined: only the prompt's mask
+    with pytest.raises(InputError, match="box_clip"):
+        StreamConfig(image_size=S, box_clip="yes")
 
 
 @pytest.mark.parametrize(

@@ -52,13 +52,13 @@ class Sam2StreamPipeline(Pipeline):
         return problems
 
     def load(self, store: BundleStore) -> None:
+        from edgekit.segmentation.region import open_stream
         from edgekit.segmentation.run import bundle_graph_set, bundle_stream_config
-        from edgekit.segmentation.stream import SAM2Stream
 
         bundle = store.get(self.bundle)
         sessions = {name: self.open_session(bundle, name) for name in bundle.graphs}
         graphs = bundle_graph_set(bundle, sessions)
-        self.stream = SAM2Stream(graphs, bundle_stream_config(bundle))
+        self.stream = open_stream(graphs, bundle_stream_config(bundle))
         self._absent = 0
 
     def set_prompts(self, objects: dict[int, dict[str, Any]], reset: bool) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from edgekit.errors import InputError
+from edgekit.segmentation.graphs import LABEL_BOX_BOTTOM_RIGHT, LABEL_BOX_TOP_LEFT
 
 
 def non_overlapping_logits(logits: np.ndarray) -> np.ndarray:
@@ -338,3 +339,24 @@ def object_summary(mask: np.ndarray, score: float) -> dict[str, Any]:
     ys, xs = np.nonzero(mask)
     box = [int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1] if len(xs) else None
     return {"area": int(len(xs)), "box": box, "score": round(float(score), 4)}
+
+
+def confine_to_box(
+    low: np.ndarray, coords: np.ndarray, labels: np.ndarray, image_size: int
+) -> np.ndarray:
+    """Low-res mask logits (s, s) of an input ``image_size`` square -> the same logits with
+    the positive logits of every cell that does not overlap the prompt's box negated (so the
+    upsampled mask ends on the cells' boundary, as it does where it ends by itself). ``coords``
+    (N, 2) and ``labels`` (N,) are a parsed prompt (input pixels); without box corners (labels
+    2 and 3) the logits come back unchanged."""
+    labels = np.asarray(labels).reshape(-1)
+    if not (np.any(labels == LABEL_BOX_TOP_LEFT) and np.any(labels == LABEL_BOX_BOTTOM_RIGHT)):
+        return low
+    x0, y0 = np.asarray(coords)[labels == LABEL_BOX_TOP_LEFT][0]
+    x1, y1 = np.asarray(coords)[labels == LABEL_BOX_BOTTOM_RIGHT][0]
+    cell = image_size / low.shape[-1]  # input pixels per low-res cell
+    keep = np.zeros(low.shape, bool)
+    c0, c1 = int(np.floor(x0 / cell)), int(np.ceil(x1 / cell))
+    r0, r1 = int(np.floor(y0 / cell)), int(np.ceil(y1 / cell))
+    keep[max(r0, 0) : max(r1, r0 + 1), max(c0, 0) : max(c1, c0 + 1)] = True
+    return np.where(keep, low, -np.abs(low)).astype(low.dtype)

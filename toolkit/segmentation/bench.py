@@ -73,12 +73,12 @@ def stream_one(
 ) -> StreamBenchRow:
     """Stream ``frames`` frames through ``graphs`` with StreamConfig ``config``, timing each."""
     from edgekit.bench.environment import process_rss_mb
-    from edgekit.segmentation.stream import SAM2Stream
+    from edgekit.segmentation.region import open_stream
 
     if frames < 10 + 2 * WINDOW:
         raise InputError(f"bench-stream needs at least {10 + 2 * WINDOW} frames, got {frames}")
     clip, prompts = looped_clip(frames)
-    stream = SAM2Stream(graphs, config)
+    stream = open_stream(graphs, config)
     latency = []
     rss_start = 0.0
     for i in range(frames):

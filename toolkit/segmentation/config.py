@@ -84,6 +84,16 @@ class StreamConfig:
       ridge ``refine_eps``) moves onto the frame's colour edges; the mask is the filtered
       probability above sigmoid(``mask_threshold``) (``edgekit.segmentation.arrays.refine_mask``).
       Output masks only: memory and ``low_res_logits`` are not affected.
+    - ``search_region``: None (default): every object is tracked on the whole frame. A factor
+      k >= 1: each object is tracked in its own window of the frame, of side
+      max(k * sqrt(area of its first box), twice the box's longer side, ``image_size``), moved
+      onto its previous mask every frame (``edgekit.segmentation.region``; OSTrack's k is 4).
+      Small objects in large frames keep their pixels; large objects and small frames are
+      tracked exactly as on the whole frame. Each object then costs one image encoding.
+    - ``box_clip``: False (default, SAM 2): a box prompt's mask may reach outside the box.
+      True: the mask a box prompt yields is confined to the box (the positive logits of
+      low-res cells that do not overlap it are negated), in that frame's output and memory, so an
+      object whose first mask spills onto a neighbour does not carry the neighbour in memory.
     """
 
     image_size: int = 1024
@@ -112,6 +122,8 @@ class StreamConfig:
     refine_radius: int = 0
     refine_eps: float = 1e-4  # sam2-edge's choice (chosen on its calibration clips)
     resize: str = "bilinear-antialias"  # "bilinear-antialias" | "pil-bicubic" (see above)
+    search_region: float | None = None  # None: the whole frame; k: a window per object
+    box_clip: bool = False  # True: a box prompt's mask stays inside the box
 
     def __post_init__(self) -> None:
         if self.image_size < 32 or self.num_maskmem < 1 or self.max_obj_ptrs < 2:
@@ -167,6 +179,18 @@ class StreamConfig:
             raise InputError(
                 f"bad StreamConfig memory_min_iou={self.memory_min_iou}: expected None (keep "
                 "every frame, SAM 2) or a predicted IoU in [0, 1)"
+            )
+        if not isinstance(self.box_clip, (bool, np.bool_)):
+            raise InputError(f"bad StreamConfig box_clip={self.box_clip!r}: expected true or false")
+        region = self.search_region
+        if region is not None and (
+            isinstance(region, bool)
+            or not isinstance(region, (int, float, np.number))
+            or not (np.isfinite(region) and region >= 1.0)
+        ):
+            raise InputError(
+                f"bad StreamConfig search_region={region!r}: expected None (the whole frame) or "
+                "a window factor >= 1 (OSTrack: 4)"
             )
         if self.memory_min_score is not None and not np.isfinite(self.memory_min_score):
             raise InputError(

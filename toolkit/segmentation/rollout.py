@@ -16,7 +16,8 @@ import numpy as np
 from edgekit.errors import InputError
 from edgekit.segmentation import graphs as G
 from edgekit.segmentation.prompts import Prompt
-from edgekit.segmentation.stream import GraphFn, SAM2Stream, StreamConfig
+from edgekit.segmentation.region import open_stream
+from edgekit.segmentation.stream import GraphFn, StreamConfig
 
 
 @dataclass
@@ -53,7 +54,7 @@ def rollout_parity(
         raise InputError("rollout_parity needs at least one frame")
     runs = []
     for graphs in (reference, candidate):
-        stream = SAM2Stream(graphs, config)
+        stream = open_stream(graphs, config)
         runs.append([stream.start(frames[0], prompts)] + [stream.track(f) for f in frames[1:]])
     ious: dict[int, list[float]] = {obj: [] for obj in runs[0][0].masks}
     area: dict[int, list[float]] = {obj: [] for obj in ious}

@@ -226,14 +226,14 @@ def run_sam2_stream(
     from edgekit.segmentation import metrics as segmetrics
     from edgekit.segmentation import render as maskrender
     from edgekit.segmentation.arrays import object_summary
-    from edgekit.segmentation.stream import SAM2Stream
+    from edgekit.segmentation.region import open_stream
 
     if frames < 1:
         raise InputError(f"frames must be >= 1, got {frames}")
     bundle = sam2_bundle(bundle_or_model, progress=show_progress)
     name, device = parse_runtime_spec(runtime) if runtime else (None, None)  # RUNTIME[@DEVICE]
     graphs = bundle_graph_set(bundle, runtime=name, device=device)
-    stream = SAM2Stream(graphs, bundle_stream_config(bundle))
+    stream = open_stream(graphs, bundle_stream_config(bundle))
     src = _clip_source(source, frames) if source.startswith("clip:") else None
     src = src or _camera_source(source, prompt)
     out = Path(out)

@@ -35,6 +35,7 @@ import numpy as np
 from edgekit.errors import InputError
 from edgekit.segmentation import graphs as G
 from edgekit.segmentation.arrays import (  # noqa: F401 - re-exported: part of this module's API
+    confine_to_box,
     fill_holes,
     frame_to_input,
     from_bfloat16_bits,
@@ -81,7 +82,29 @@ class _Object:
     motion: MotionState = field(default_factory=MotionState)  # StreamConfig.motion_weight
 
 
-class SAM2Stream:
+class StreamState:
+    """What every streaming predictor answers: its tracked ids and the current frame index."""
+
+    _objects: Mapping[int, Any]
+    _frame_index: int
+
+    @property
+    def object_ids(self) -> list[int]:
+        return list(self._objects)
+
+    @property
+    def frame_index(self) -> int:
+        """Index of the last frame given to start / track (-1 before start)."""
+        return self._frame_index
+
+
+def check_prompt_map(prompts: Any) -> None:
+    """InputError unless ``prompts`` is a non-empty mapping object id -> prompt."""
+    if not isinstance(prompts, Mapping) or not prompts:
+        raise InputError("start needs prompts: a non-empty mapping object id -> Prompt")
+
+
+class SAM2Stream(StreamState):
     """SAM 2 video object segmentation on a live stream of (H, W, 3) uint8 RGB frames."""
 
     def __init__(self, graphs: Mapping[str, GraphFn], config: StreamConfig | None = None) -> None:
@@ -92,22 +115,12 @@ class SAM2Stream:
         self._reset()
 
     # ---- public API ----------------------------------------------------------------------------
-    @property
-    def object_ids(self) -> list[int]:
-        return list(self._objects)
-
-    @property
-    def frame_index(self) -> int:
-        """Index of the last frame given to start / track (-1 before start)."""
-        return self._frame_index
-
     def start(
         self, frame: np.ndarray, prompts: Mapping[int, Prompt | Mapping[str, Any]]
     ) -> FrameResult:
         """Begin a stream on ``frame`` with one prompt per object id; forget any previous one."""
         hw = check_frame(frame)
-        if not isinstance(prompts, Mapping) or not prompts:
-            raise InputError("start needs prompts: a non-empty mapping object id -> Prompt")
+        check_prompt_map(prompts)
         parsed = {self._check_id(k): self._parse(p, hw) for k, p in prompts.items()}
         self._reset()
         self._begin_frame(frame, hw)
@@ -255,6 +268,8 @@ class SAM2Stream:
         n_points = prompt.labels.shape[1]
         multimask = n_points <= self.config.multimask_max_points
         low, score, ptr, _ = self._decode(pix, prompt.coords, prompt.labels, multimask, prev)
+        if self.config.box_clip:
+            low = confine_to_box(low, prompt.coords[0], prompt.labels[0], self.config.image_size)
         as_cond = initial or self.config.corrections_as_conditioning
         self._remember(obj, low, score, ptr, binarize=True, conditioning=as_cond)
 
