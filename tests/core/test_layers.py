@@ -41,7 +41,8 @@ LAYERS: list[tuple[str, ...]] = [
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 # Contracts: pure modules a package publishes for the layers below it to build, evaluate or
 # choose by. Each imports only the core and other contracts (the test below holds them to it:
-# no runtime, bundle or device). The SAM 2 graph contract, streaming predictor, its config,
+# no runtime, bundle or device). The SAM 2 graph contract, streaming predictor (and its
+# per-object search regions), its config,
 # its motion model, prompts, array maths, metrics, rollout parity, box tracking metrics, the real clips (and the
 # recorded sample videos they read) and mask
 # rendering (a streaming card's task metric is a rollout of that predictor over its graphs); the tensor- and decision-parity metrics bundles
@@ -58,6 +59,7 @@ CONTRACTS = {
             "motion",
             "prompts",
             "stream",
+            "region",
             "metrics",
             "rollout",
             "tracking",
