@@ -18,7 +18,7 @@ from typing import Any
 from edgekit.errors import InputError
 
 FORMATS = ("torch", "onnx", "openvino", "tensorrt")
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # bf16: OpenVINO on CPUs with native bf16
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,10 @@
-"""The "openvino" target: OpenVINO IR (model.xml + model.bin) in fp32, fp16 or NNCF int8.
+"""The "openvino" target: OpenVINO IR (model.xml + model.bin) in fp32, fp16, bf16 or NNCF int8.
 
-fp32/fp16 convert the plain fp32 ONNX graph (fp16 compresses the weights; OpenVINO picks the
-compute precision per device at compile time). int8 runs NNCF post-training quantization on the
+fp32/fp16 convert the plain fp32 ONNX graph (fp16 compresses the weights; edgekit's OpenVINO
+runtime computes in f32 on CPU and GPU). bf16 keeps the fp32 IR and records that the graph runs
+with OpenVINO's bf16 inference precision (``INFERENCE_PRECISION_HINT=bf16``): matrix products
+and convolutions in bfloat16 with float32 accumulation, on CPUs with native bf16 arithmetic
+(AVX-512 BF16 or AMX) only; elsewhere loading it is one clear error. int8 runs NNCF post-training quantization on the
 card's calibration feeds; transformers get NNCF's transformer scheme (ModelType.TRANSFORMER,
 which keeps sensitive ops such as softmax and layer norms in float).
 """
@@ -22,7 +25,7 @@ except ImportError as exc:  # pragma: no cover - openvino is a core dependency
 if TYPE_CHECKING:  # pragma: no cover
     from edgekit.card import GraphSpec, ModelCard
 
-PRECISIONS = ("fp32", "fp16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 # card.calibration_method -> NNCF activation range estimator (NNCF has no "entropy" estimator;
 # its histogram estimator is the closest distribution-aware choice).
 RANGE_ESTIMATORS = {"minmax": "MINMAX", "percentile": "MEAN_QUANTILE", "entropy": "HISTOGRAM"}
@@ -57,6 +60,8 @@ def export_graph(
         "openvino": ov.get_version(),
         "compress_to_fp16": precision == "fp16",
     }
+    if precision == "bf16":
+        details["inference_precision"] = "bf16"
     if precision == "int8":
         model, nncf_details = quantize_nncf(model, graph, card, options)
         details["int8"] = nncf_details

@@ -116,6 +116,20 @@ class OpenVINORuntime(Runtime):
                     found.append(name)
         return found
 
+    def _check_precision(self, device: str, config: dict[str, Any]) -> None:
+        """bf16 inference precision on a CPU without native bf16 arithmetic (OpenVINO's
+        OPTIMIZATION_CAPABILITIES lacks BF16) would be emulated, slower than f32: refused."""
+        hint = str(config.get("INFERENCE_PRECISION_HINT", "")).lower()
+        if hint != "bf16" or device.split(".", 1)[0].lower() != "cpu":
+            return
+        capabilities = self._core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        if "BF16" not in capabilities:
+            raise DeviceUnavailableError(
+                "this graph runs in bf16, and this CPU has no native bf16 arithmetic (OpenVINO "
+                f"capabilities: {', '.join(capabilities)}; needs AVX-512 BF16 or AMX): use the "
+                "fp32 or int8 bundle here"
+            )
+
     def load(
         self, path: Path, device: str = "cpu", options: RuntimeOptions | None = None
     ) -> Session:
@@ -134,6 +148,7 @@ class OpenVINORuntime(Runtime):
         if path.suffix == ".xml" and not path.with_suffix(".bin").is_file():
             raise BundleError(f"OpenVINO IR {path} has no weights file {path.with_suffix('.bin')}")
         config = compile_config(device.lower(), options)
+        self._check_precision(device, config)
         try:
             model = self._core.read_model(str(path))
         except RuntimeError as exc:

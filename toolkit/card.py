@@ -173,6 +173,10 @@ class ModelCard:
         return None
 
     def tolerance(self, precision: str) -> Tolerance:
+        """The tensor tolerance for ``precision``; bf16 (8 significant bits) takes the card's
+        int8 tolerance unless the card declares one."""
+        if precision == "bf16" and "bf16" not in self.tolerances and "int8" in self.tolerances:
+            return self.tolerances["int8"]
         try:
             return self.tolerances[precision]
         except KeyError as exc:

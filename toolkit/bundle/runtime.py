@@ -18,10 +18,13 @@ def runtime_options(
     entry: GraphEntry, runtime: str, threads: int | None, extra: Mapping[str, Any] | None = None
 ) -> Any:
     """RuntimeOptions for loading ``entry`` on ``runtime``: the artifact's own load-time settings
-    (e.g. ``details["ort_session_config"]`` that keeps a disabled fusion disabled) plus ``extra``."""
+    (e.g. ``details["ort_session_config"]`` that keeps a disabled fusion disabled; a bf16 graph's
+    bf16 inference precision on OpenVINO) plus ``extra``."""
     from edgekit.runtimes import RuntimeOptions
 
     merged: dict[str, Any] = dict(extra or {})
+    if runtime == "openvino" and entry.precision == "bf16":
+        merged["config"] = {"INFERENCE_PRECISION_HINT": "bf16", **dict(merged.get("config") or {})}
     if runtime == "onnxruntime" and entry.details.get("ort_session_config"):
         where = f"graph '{entry.name}'"
         merged["session_config"] = {

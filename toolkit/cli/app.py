@@ -118,7 +118,9 @@ def export_cmd(
             help="export format(s): onnx, openvino, tensorrt, torch (comma list; default onnx)",
         ),
     ] = None,
-    precision: Annotated[str, typer.Option(help="fp32 | fp16 | int8 (comma list)")] = "fp32",
+    precision: Annotated[
+        str, typer.Option(help="fp32 | fp16 | bf16 (openvino) | int8 (comma list)")
+    ] = "fp32",
     out: Annotated[
         Path | None,
         typer.Option(help="output: the bundle directory (default bundles/<model>-<target>)"),
