@@ -4,9 +4,10 @@ fp32/fp16 convert the plain fp32 ONNX graph (fp16 compresses the weights; edgeki
 runtime computes in f32 on CPU and GPU). bf16 keeps the fp32 IR and records that the graph runs
 with OpenVINO's bf16 inference precision (``INFERENCE_PRECISION_HINT=bf16``): matrix products
 and convolutions in bfloat16 with float32 accumulation, on CPUs with native bf16 arithmetic
-(AVX-512 BF16 or AMX) only; elsewhere loading it is one clear error. int8 runs NNCF post-training quantization on the
-card's calibration feeds; transformers get NNCF's transformer scheme (ModelType.TRANSFORMER,
-which keeps sensitive ops such as softmax and layer norms in float).
+(AVX-512 BF16 or AMX) only; elsewhere loading it is one clear error. int8 runs NNCF
+post-training quantization on the card's calibration feeds; transformers get NNCF's transformer
+scheme (ModelType.TRANSFORMER, which keeps sensitive ops such as softmax and layer norms in
+float).
 """
 
 from __future__ import annotations
