@@ -32,10 +32,13 @@ def _texture_at(obj, t: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     return obj.texture[vi, ui]
 
 
-def background_frames(rng, photo: np.ndarray, size: int, frames: int) -> np.ndarray:
-    """(T, size, size, 3) float32: a crop of the photo panning slowly."""
+def background_frames(
+    rng, photo: np.ndarray, size: int, frames: int, pan_limit: float = 1.5
+) -> np.ndarray:
+    """(T, size, size, 3) float32: a crop of the photo panning at up to ``pan_limit`` pixels a
+    frame along each axis."""
     h, w = photo.shape[:2]
-    pan = rng.uniform(-1.5, 1.5, size=2)
+    pan = rng.uniform(-pan_limit, pan_limit, size=2)
     start = np.array([rng.uniform(0, w - size), rng.uniform(0, h - size)])
     out = np.empty((frames, size, size, 3), np.float32)
     for t in range(frames):

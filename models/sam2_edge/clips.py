@@ -36,6 +36,10 @@ independent second object, a twin of the first (the same cut-out, outline and te
 drifts elsewhere in the frame the whole time: while the object is hidden or out of the frame
 its mask is empty although its double is in view, as when the next identical sign or plate
 comes into view after the tracked one has left.
+``train-fast`` is ``train-occluder`` under fast motion (``FAST``): objects drift 3-9 pixels a
+frame instead of 0.5-3, the camera pans up to 6 pixels a frame instead of 1.5, and two thirds of
+the clips are motion-blurred (5-11 pixels) instead of a third, as a rider passing close to the
+camera or a sign under a fast pan moves in real footage.
 """
 
 from __future__ import annotations
@@ -70,12 +74,31 @@ HELDOUT_PHOTOS = ("stereo_motorcycle", "cell", "page", "retina")
 WIDE_PHOTOS = ("china", "flower", "grace_hopper", "hubble_deep_field")
 SPLIT_SEEDS = {
     "train": 1_000_003, "heldout": 7_700_011, "train-wide": 3_300_017, "train-cutout": 5_500_021,
-    "train-occluder": 6_600_029, "train-twin": 8_800_037,
+    "train-occluder": 6_600_029, "train-twin": 8_800_037, "train-fast": 9_900_041,
 }  # fmt: skip
-CUTOUT_SPLITS = ("train-cutout", "train-occluder", "train-twin")  # objects cut from photos
-OCCLUDER_SPLITS = ("train-occluder", "train-twin")  # occlusion by a passing cut-out, not a bar
+# objects cut from photos
+CUTOUT_SPLITS = ("train-cutout", "train-occluder", "train-twin", "train-fast")
+# occlusion by a passing cut-out, not a bar
+OCCLUDER_SPLITS = ("train-occluder", "train-twin", "train-fast")
 DEFAULT_SIZE = 256
 WORK_SHORT_SIDE = 320  # photos are resized to this short side before cropping backgrounds
+
+
+@dataclass(frozen=True)
+class Motion:
+    """How fast a split's clips move, in pixels a frame at 256 x 256: the drift speed range of
+    drifting objects, the camera's largest pan, and the share of cut-out clips that are
+    motion-blurred with the blur lengths (lo, hi) drawn for them."""
+
+    drift: tuple[float, float] = (0.5, 3.0)
+    pan: float = 1.5
+    blur_share: float = 1 / 3
+    blur: tuple[int, int] = (3, 8)  # lengths lo .. hi - 1
+
+
+CALM = Motion()
+FAST = Motion(drift=(3.0, 9.0), pan=6.0, blur_share=2 / 3, blur=(5, 12))
+MOTION = {"train-fast": FAST}  # every other split moves as CALM
 
 
 @dataclass(frozen=True)
@@ -241,6 +264,15 @@ def _linear_path(start: np.ndarray, end: np.ndarray, frames: int) -> np.ndarray:
     return start[None] * (1 - t) + end[None] * t
 
 
+def _bounce(path: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``path`` (T, 2) folded into [lo, hi] on each axis, as a ball bouncing off walls."""
+    if hi <= lo:
+        return np.full_like(path, (lo + hi) / 2)
+    span = hi - lo
+    folded = np.mod(path - lo, 2 * span)
+    return lo + np.where(folded > span, 2 * span - folded, folded)
+
+
 def _spin(rng: np.random.Generator, frames: int) -> np.ndarray:
     return rng.uniform(0, 2 * np.pi) + np.linspace(0, rng.uniform(-0.6, 0.6), frames)
 
@@ -249,16 +281,18 @@ def _inside_point(rng: np.random.Generator, size: int, margin: float) -> np.ndar
     return rng.uniform(margin, size - margin, size=2)
 
 
-def _drifting(rng, size, frames, radius, shape, scale_to=1.0) -> _Object:
+def _drifting(rng, size, frames, radius, shape, scale_to=1.0, motion=CALM) -> _Object:
     start = _inside_point(rng, size, radius * max(1.0, scale_to) + 4)
-    step = rng.uniform(0.5, 3.0) * frames
+    step = rng.uniform(*motion.drift) * frames
     direction = rng.uniform(0, 2 * np.pi)
-    end = np.clip(
-        start + step * np.array([np.cos(direction), np.sin(direction)]), radius, size - radius
-    )
+    heading = np.array([np.cos(direction), np.sin(direction)])
+    if motion == CALM:  # a straight path, stopped at the border
+        path = _linear_path(start, np.clip(start + step * heading, radius, size - radius), frames)
+    else:  # at full speed all the way, bouncing off the borders
+        path = _bounce(_linear_path(start, start + step * heading, frames), radius, size - radius)
     return _Object(
         *shape(radius),
-        _linear_path(start, end, frames),
+        path,
         np.linspace(1.0, scale_to, frames),
         _spin(rng, frames),
     )
@@ -288,12 +322,12 @@ def _occluded_by_object(rng, size, frames, shape) -> list[_Object]:
     return [hidden, cover]
 
 
-def _twin(rng, size, frames, original: _Object) -> _Object:
+def _twin(rng, size, frames, original: _Object, motion=CALM) -> _Object:
     """A double of ``original`` (its outline and texture, its scale on frame 0) drifting on a
     path of its own inside the frame."""
     extent = float(np.abs(original.outline).max() * original.scales[0])
     copy = lambda _radius: (original.outline, original.texture)  # noqa: E731
-    double = _drifting(rng, size, frames, extent, copy)
+    double = _drifting(rng, size, frames, extent, copy, motion=motion)
     return _Object(
         double.outline, double.texture, double.centres,
         np.full(frames, original.scales[0]), double.angles,
@@ -301,24 +335,26 @@ def _twin(rng, size, frames, original: _Object) -> _Object:
 
 
 def _case_objects(
-    case, rng, size, frames, shape, enlarge=None, occluder=False, twin=False
+    case, rng, size, frames, shape, enlarge=None, occluder=False, twin=False, motion=CALM
 ) -> tuple[list[_Object], list[int], tuple | None]:
     """The objects of one motion case (the case's own first), their drawing order (back to
     front) and the occluding bar (axis, lo, hi) or None. ``shape(radius)`` -> (outline,
     texture); ``enlarge()``, where given, scales the radius of objects that need not hide behind
     a bar or leave the frame (linear, scale, crossing, the second object). With ``occluder``
     an occlusion is by a second object passing in front (``_occluded_by_object``), not a bar;
-    with ``twin`` an occlusion or exit clip adds a twin of the first object (``_twin``)."""
+    with ``twin`` an occlusion or exit clip adds a twin of the first object (``_twin``);
+    ``motion`` sets how fast drifting objects move."""
     larger = enlarge or (lambda: 1.0)
     radius = lambda: rng.uniform(0.08, 0.17) * size  # noqa: E731
     bar = None
     if case == "linear":
-        objects = [_drifting(rng, size, frames, radius() * larger(), shape)]
+        objects = [_drifting(rng, size, frames, radius() * larger(), shape, motion=motion)]
     elif case == "scale":
         grow = rng.random() < 0.5
         factor = rng.uniform(1.5, 2.0)
         r = radius() * (0.7 if grow else 1.0) * larger()
-        objects = [_drifting(rng, size, frames, r, shape, factor if grow else 1 / factor)]
+        scale_to = factor if grow else 1 / factor
+        objects = [_drifting(rng, size, frames, r, shape, scale_to, motion)]
     elif case == "crossing":
         meet = rng.uniform(0.4, 0.6, size=2) * size  # both centres pass here mid-clip
         direction = rng.uniform(0, 2 * np.pi)
@@ -361,11 +397,11 @@ def _case_objects(
         raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
     order = list(range(len(objects)))  # back to front
     if twin and case in ("occlusion", "exit"):
-        objects.append(_twin(rng, size, frames, objects[0]))
+        objects.append(_twin(rng, size, frames, objects[0], motion))
         order.append(len(objects) - 1)  # in front: the twin stays in view
     # an independent second object (id 2) where the case has one object
     elif case != "crossing" and len(objects) == 1 and rng.random() < 0.6:
-        objects.append(_drifting(rng, size, frames, radius() * larger(), shape))
+        objects.append(_drifting(rng, size, frames, radius() * larger(), shape, motion=motion))
         order.insert(int(rng.integers(2)), 1)
     return objects, order, bar
 
@@ -390,6 +426,7 @@ def make_clip(
             f"a clip needs frames >= 3 and size >= 32, got frames={frames}, size={size}"
         )
     photos = _photos(split)
+    motion = MOTION.get(split, CALM)
     case = CASES[index % len(CASES)] if case is None else case
     if case not in CASES:
         raise InputError(f"unknown motion case '{case}'; expected one of {', '.join(CASES)}")
@@ -402,7 +439,7 @@ def make_clip(
             shapes = CutoutShapes(rng, photos, background)
             objects, order, bar = _case_objects(
                 case, rng, size, frames, shapes, shapes.enlarge,
-                split in OCCLUDER_SPLITS, split == "train-twin",
+                split in OCCLUDER_SPLITS, split == "train-twin", motion,
             )  # fmt: skip
         else:
             shape = partial(_shape, rng, partial(_texture, rng, photos, background))
@@ -411,10 +448,10 @@ def make_clip(
         photo = load_background(background)
         if split == "train-wide":
             photo = _turned(photo, rng)
-        base = background_frames(rng, photo, size, frames)
+        base = background_frames(rng, photo, size, frames, motion.pan)
         pixels, masks, overlapped = render(objects, order, bar, bar_texture, base, flat)
         if split in CUTOUT_SPLITS and not flat:
-            pixels = shapes.relight(pixels)
+            pixels = shapes.relight(pixels, motion.blur_share, motion.blur)
         first_area = masks[0].sum(axis=(1, 2)).min()
         occluded = split in OCCLUDER_SPLITS and case == "occlusion"
         if first_area >= 0.004 * size * size and _case_happens(case, masks, overlapped, occluded):

@@ -117,19 +117,22 @@ class CutoutShapes:
         y, x = np.round(centre).astype(int)  # the padded window starting here is centred on it
         return np.ascontiguousarray(padded[y : y + C.TEXTURE_SIZE, x : x + C.TEXTURE_SIZE])
 
-    def relight(self, frames: np.ndarray) -> np.ndarray:
+    def relight(
+        self, frames: np.ndarray, blur_share: float = 1 / 3, blur: tuple[int, int] = (3, 8)
+    ) -> np.ndarray:
         """``frames`` (T, H, W, 3) uint8 under a lighting drift (gain 0.7-1.3 and a colour
-        cast changing linearly over the clip) and, for a third of clips, a motion blur of
-        3-7 pixels along one axis on a random half of the frames."""
+        cast changing linearly over the clip) and, for ``blur_share`` of clips, a motion blur
+        of ``blur[0]`` to ``blur[1] - 1`` pixels along one axis on a random half of the
+        frames."""
         rng = self.rng
         t = np.linspace(0.0, 1.0, len(frames))[:, None, None, None]
         start, end = rng.uniform(0.7, 1.3, size=(2, 3)).astype(np.float32)
         gain = start * (1 - t) + end * t  # (T, 1, 1, 3)
         out = frames.astype(np.float32) * gain
-        if rng.random() < 1 / 3:
+        if rng.random() < blur_share:
             from scipy.ndimage import uniform_filter1d
 
-            size, axis = int(rng.integers(3, 8)), int(rng.integers(1, 3))
+            size, axis = int(rng.integers(*blur)), int(rng.integers(1, 3))
             for i in np.flatnonzero(rng.random(len(frames)) < 0.5):
                 out[i] = uniform_filter1d(out[i], size=size, axis=axis - 1)
         return np.clip(out + 0.5, 0, 255).astype(np.uint8)

@@ -146,3 +146,46 @@ def test_a_twin_is_the_same_outline_and_texture_on_a_path_inside_the_frame():
     assert twin.outline is outline and twin.texture is texture
     assert np.all(twin.scales == 1.5)  # the original's size when it is prompted
     assert twin.centres.min() >= 12 * 1.5 and twin.centres.max() <= 128 - 12 * 1.5
+
+
+def _median_speed(clip: C.Clip, k: int) -> float:
+    """Median distance (pixels) the centre of object k's mask moves between visible frames."""
+    centres = [np.argwhere(m).mean(0) if m.any() else None for m in clip.masks[:, k]]
+    pairs = zip(centres[:-1], centres[1:], strict=True)
+    steps = [np.linalg.norm(b - a) for a, b in pairs if a is not None and b is not None]
+    return float(np.median(steps))
+
+
+def test_fast_clips_move_several_times_faster_than_the_occluder_clips():
+    """``train-fast`` is ``train-occluder`` under FAST motion: drifting objects keep their speed
+    all the way (bouncing off the borders), the background pans further, and the clips stay
+    exact and reproducible."""
+    fast = [C.make_clip("train-fast", i, frames=24, case="linear") for i in range(4)]
+    calm = [C.make_clip("train-occluder", i, frames=24, case="linear") for i in range(4)]
+    fast_speed = np.median([_median_speed(c, 0) for c in fast])
+    calm_speed = np.median([_median_speed(c, 0) for c in calm])
+    assert fast_speed > 2.5 * calm_speed and fast_speed >= 3.0, (fast_speed, calm_speed)
+    assert all(not c.hidden[:, 0].any() for c in fast)  # bounced back, never out of the frame
+    again = C.make_clip("train-fast", 2, frames=24, case="linear")
+    assert np.array_equal(again.frames, fast[2].frames)
+    assert np.array_equal(again.masks, fast[2].masks)
+
+
+def test_bounce_folds_a_path_into_the_frame_at_full_speed():
+    path = np.stack([np.arange(0.0, 50.0, 5.0), np.full(10, 7.0)], 1)
+    folded = C._bounce(path, 10.0, 30.0)
+    assert folded.min() >= 10.0 and folded.max() <= 30.0
+    assert np.allclose(np.abs(np.diff(folded[2:, 0])), 5.0)  # inside: same speed, no stops
+    assert folded[:, 1].tolist() == [13.0] * 10  # below lo: reflected (10 + (10 - 7))
+    assert np.all(C._bounce(path, 20.0, 20.0) == 20.0)
+
+
+def test_fast_recipes_continue_the_default():
+    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, SAM2EdgeCard
+
+    config = SAM2EdgeCard(recipe="fast").train_config()
+    assert config.split == "train-fast" and config.mix_split == "train"
+    assert config.init == DEFAULT_RECIPE and config.wise == 1.0
+    assert config.clip_offset >= DEFAULT_RECIPE.clip_offset + DEFAULT_RECIPE.steps * 4
+    blend = SAM2EdgeCard(recipe="fast-blend").train_config()
+    assert blend == replace(config, wise=0.5)
