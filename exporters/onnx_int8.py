@@ -10,10 +10,13 @@ no calibration data and suits transformers on CPUs with VNNI.
 
 from __future__ import annotations
 
+import logging
+import re
 import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -278,6 +281,29 @@ def quantize_int8(
     return details
 
 
+# ONNX Runtime's quantizer logs this (on the root logger) for every 1-D weight, such as a
+# LayerNorm scale, when per-channel quantization asks for axis 1; it then quantizes that weight
+# per tensor, which is what a 1-D weight needs. One line per norm layer buries the export's output.
+_PER_TENSOR_FALLBACK = re.compile(r"Axis \d+ is out-of-range for weight '.*' with rank 1")
+
+
+class _DropPerTensorFallback(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _PER_TENSOR_FALLBACK.search(record.getMessage())
+
+
+@contextmanager
+def quiet_per_tensor_fallback() -> Iterator[None]:
+    """While quantizing, drop ONNX Runtime's per-tensor fallback warnings for 1-D weights (only
+    those: every other message of the quantizer still reaches the log)."""
+    root, drop = logging.getLogger(), _DropPerTensorFallback()
+    root.addFilter(drop)
+    try:
+        yield
+    finally:
+        root.removeFilter(drop)
+
+
 def _quantize_static(
     src: Path,
     dst: Path,
@@ -295,15 +321,16 @@ def _quantize_static(
         "percentile": CalibrationMethod.Percentile,
     }
     feeds = calibration_feeds(graph, card, options.calibration_size)
-    quantize_static(
-        str(src),
-        str(dst),
-        FeedReader(feeds),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        calibrate_method=methods[str(method)],
-        **common,
-    )
+    with quiet_per_tensor_fallback():
+        quantize_static(
+            str(src),
+            str(dst),
+            FeedReader(feeds),
+            quant_format=QuantFormat.QDQ,
+            activation_type=QuantType.QUInt8,
+            calibrate_method=methods[str(method)],
+            **common,
+        )
     return {
         "format": "QDQ",
         "activation_type": "uint8",
@@ -315,7 +342,8 @@ def _quantize_static(
 def _quantize_dynamic(src: Path, dst: Path, common: dict[str, Any]) -> None:
     from onnxruntime.quantization import quantize_dynamic
 
-    quantize_dynamic(str(src), str(dst), **common)
+    with quiet_per_tensor_fallback():
+        quantize_dynamic(str(src), str(dst), **common)
 
 
 def quantized_nodes(path: Path) -> dict[str, Any]:

@@ -468,3 +468,23 @@ def test_bad_names_are_input_errors(cnn):
         from edgekit.exporters.onnx_fusion import split_fusion_args
 
         split_fusion_args({"model_type": "bert", "enable_warp_drive": True})
+
+
+def test_quantizer_per_tensor_fallback_lines_are_dropped_only_while_quantizing(caplog):
+    """ONNX Runtime's quantizer warns once per 1-D weight (a norm's scale) that per-channel
+    axis 1 is out of range and quantizes it per tensor; the exporter drops exactly those lines
+    while it quantizes, and every other message (and those lines at any other time) stays."""
+    import logging
+
+    from edgekit.exporters.onnx_int8 import quiet_per_tensor_fallback
+
+    fallback = "Axis 1 is out-of-range for weight 'model.blocks.0.norms.0.weight' with rank 1"
+    with caplog.at_level(logging.WARNING), quiet_per_tensor_fallback():
+        logging.warning(fallback)
+        logging.warning("Please consider to run pre-processing before quantization")
+    with caplog.at_level(logging.WARNING):
+        logging.warning(fallback)
+    assert [r.getMessage() for r in caplog.records] == [
+        "Please consider to run pre-processing before quantization",
+        fallback,
+    ]
