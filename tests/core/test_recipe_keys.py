@@ -116,7 +116,12 @@ def _shipped_recipes() -> dict[str, list[Path]]:
     from edgekit.models.bingoguard import train as bingoguard
     from edgekit.models.photo_cnn import train as photo_cnn
     from edgekit.models.photo_vit import recipe as photo_vit
-    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, OCCLUDER_RECIPE, SYNTHETIC_RECIPE
+    from edgekit.models.sam2_edge.card import (
+        BLEND_RECIPE,
+        DEFAULT_RECIPE,
+        OCCLUDER_RECIPE,
+        SYNTHETIC_RECIPE,
+    )
     from edgekit.models.sam2_edge.train import weights_path as sam2_edge_path
 
     return {
@@ -126,8 +131,9 @@ def _shipped_recipes() -> dict[str, list[Path]]:
             bingoguard.weights_path(bingoguard.TrainConfig()),
             bingoguard.weights_path(bingoguard.TrainConfig(input="response")),
         ],
-        "sam2_edge": [  # the default (a blend), the stage it starts from, the synthetic recipe
+        "sam2_edge": [  # the default, the blend it continues, the blend's start, the synthetic
             sam2_edge_path(DEFAULT_RECIPE),
+            sam2_edge_path(BLEND_RECIPE),
             sam2_edge_path(OCCLUDER_RECIPE),
             sam2_edge_path(SYNTHETIC_RECIPE),
         ],

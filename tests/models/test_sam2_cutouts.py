@@ -123,15 +123,15 @@ def test_twin_clips_keep_a_double_in_view_while_the_object_is_gone():
     assert len(linear.object_ids) in (1, 2)
 
 
-def test_twin_recipe_continues_the_occluder_stage_and_the_default_blends_the_two():
-    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, RECIPES, SAM2EdgeCard
+def test_twin_recipe_continues_the_occluder_stage_and_the_blend_blends_the_two():
+    from edgekit.models.sam2_edge.card import BLEND_RECIPE, RECIPES, SAM2EdgeCard
 
     config = SAM2EdgeCard(recipe="twin").train_config()
     occluder = RECIPES["occluder"]
     assert config.split == "train-twin" and config.mix_split == "train"
     assert config.init == occluder and config.wise == 1.0
     assert config.clip_offset > occluder.clip_offset + occluder.steps * 4
-    assert replace(config, wise=0.5) == DEFAULT_RECIPE
+    assert replace(config, wise=0.5) == BLEND_RECIPE == RECIPES["blend"]
 
 
 def test_a_twin_is_the_same_outline_and_texture_on_a_path_inside_the_frame():
@@ -180,12 +180,13 @@ def test_bounce_folds_a_path_into_the_frame_at_full_speed():
     assert np.all(C._bounce(path, 20.0, 20.0) == 20.0)
 
 
-def test_fast_recipes_continue_the_default():
-    from edgekit.models.sam2_edge.card import DEFAULT_RECIPE, SAM2EdgeCard
+def test_the_default_is_the_fast_stage_continuing_the_blend():
+    from edgekit.models.sam2_edge.card import BLEND_RECIPE, DEFAULT_RECIPE, SAM2EdgeCard
 
     config = SAM2EdgeCard(recipe="fast").train_config()
+    assert config == DEFAULT_RECIPE == SAM2EdgeCard().train_config()
     assert config.split == "train-fast" and config.mix_split == "train"
-    assert config.init == DEFAULT_RECIPE and config.wise == 1.0
-    assert config.clip_offset >= DEFAULT_RECIPE.clip_offset + DEFAULT_RECIPE.steps * 4
+    assert config.init == BLEND_RECIPE and config.wise == 1.0
+    assert config.clip_offset >= BLEND_RECIPE.clip_offset + BLEND_RECIPE.steps * 4
     blend = SAM2EdgeCard(recipe="fast-blend").train_config()
     assert blend == replace(config, wise=0.5)

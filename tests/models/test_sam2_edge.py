@@ -283,6 +283,7 @@ def test_packaged_weights_are_the_default_recipe() -> None:
     """The weights shipped in the package are named by the default recipe's cache key (recipe
     version + config), so a changed config or a bumped RECIPE_VERSION never loads them."""
     from edgekit.models.sam2_edge.card import (
+        BLEND_RECIPE,
         DEFAULT_RECIPE,
         MIX_LONG_RECIPE,
         OCCLUDER_RECIPE,
@@ -297,18 +298,20 @@ def test_packaged_weights_are_the_default_recipe() -> None:
 
     card = SAM2EdgeCard()
     recipe = card.train_config()
-    assert recipe == DEFAULT_RECIPE and recipe.wise == 0.5 and recipe.init == OCCLUDER_RECIPE
-    assert OCCLUDER_RECIPE.init == MIX_LONG_RECIPE
-    stages = recipe_stages(recipe)  # nine: five synthetic, mix, mix-long, occluder, the blend
-    assert len(stages) == 9 and stages[0] == TrainConfig() and stages[4] == SYNTHETIC_RECIPE
-    for stage in (recipe, recipe.init, SYNTHETIC_RECIPE):  # the default and the stage it blends
+    assert recipe == DEFAULT_RECIPE and recipe.split == "train-fast" and recipe.wise == 1.0
+    assert recipe.init == BLEND_RECIPE and BLEND_RECIPE.wise == 0.5
+    assert BLEND_RECIPE.init == OCCLUDER_RECIPE and OCCLUDER_RECIPE.init == MIX_LONG_RECIPE
+    stages = recipe_stages(recipe)  # ten: five synthetic, mix, mix-long, occluder, blend, fast
+    assert len(stages) == 10 and stages[0] == TrainConfig() and stages[4] == SYNTHETIC_RECIPE
+    # the default, the blend it continues, the occluder stage the blend starts from
+    for stage in (recipe, recipe.init, OCCLUDER_RECIPE, SYNTHETIC_RECIPE):
         path = packaged_weights(stage)  # from ship (options of the last retrain from there)
         assert path.is_file(), f"no packaged weights at {path}"
     result = card.train()
     assert result.path == packaged_weights(recipe) and result.cached
     net = result.build()
     assert parameter_count(net) == parameter_count(EdgeSAM2(recipe.arch))
-    assert SAM2EdgeCard(steps=10).train_config().init == OCCLUDER_RECIPE  # options: last stage
+    assert SAM2EdgeCard(steps=10).train_config().init == BLEND_RECIPE  # options: last stage
     assert SAM2EdgeCard(recolour=1).train_config().recolour == 1
     synthetic = SAM2EdgeCard(recipe="synthetic")
     assert synthetic.train_config() == SYNTHETIC_RECIPE and synthetic.train().cached
@@ -328,7 +331,7 @@ def test_packaged_weights_are_the_default_recipe() -> None:
         ({"recipe": "huge"}, "unknown recipe 'huge'; expected one of default, synthetic, wide"),
         (
             {"stage": 0},
-            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 9",
+            "stage=0 picks a stage of recipe 'default', expected an integer from 1 to 10",
         ),
         ({"recipe": "wide", "stage": 5}, "expected an integer from 1 to 4"),
         ({"stage": "last"}, "stage='last' picks a stage"),
