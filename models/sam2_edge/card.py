@@ -31,9 +31,8 @@ from edgekit.segmentation import graphs as contract
 
 # Weights ship with the package (2.7 MB each) for the default recipe's last stage (fast), the
 # blend it continues, the occluder stage and the synthetic recipe's last stage, named by their
-# cache keys
-# (train.RECIPE_VERSION and the config): a changed config or a bumped version
-# changes the key, and the stale file is ignored.
+# cache keys (train.RECIPE_VERSION and the config): a changed config or a bumped version changes
+# the key, and the stale file is ignored.
 PACKAGED_WEIGHTS = Path(__file__).parent / "weights"
 
 # The synthetic recipe (synthetic clips only) has five stages, each
@@ -142,11 +141,9 @@ MIX_LONG_RECIPE = replace(
 )
 
 
-# Real objects hidden by real objects (an option): the mix-long stage continued on clips whose
-# occlusions are by a larger cut-out object passing in front for many frames (clips.py
-# "train-occluder") instead of a bar, occlusion twice as likely as crossing or exit, half
-# synthetic clips, 160 steps of 24-frame windows on clips no earlier stage drew.
-def _continued(init: TrainConfig, split: str, seed: int, offset: int, odds) -> TrainConfig:
+def _continued(
+    init: TrainConfig, split: str, seed: int, offset: int, odds: tuple[float, ...]
+) -> TrainConfig:
     """A stage continuing ``init`` (its own weights, not a blend) on ``split``, with its own
     seed, clips from ``offset`` on and the case odds ``odds``; everything else as ``init``."""
     return replace(
@@ -154,6 +151,10 @@ def _continued(init: TrainConfig, split: str, seed: int, offset: int, odds) -> T
     )
 
 
+# Real objects hidden by real objects (an option): the mix-long stage continued on clips whose
+# occlusions are by a larger cut-out object passing in front for many frames (clips.py
+# "train-occluder") instead of a bar, occlusion twice as likely as crossing or exit, half
+# synthetic clips, 160 steps of 24-frame windows on clips no earlier stage drew.
 OCCLUDER_RECIPE = _continued(
     MIX_LONG_RECIPE, "train-occluder", 14, 80_000, (1.0, 1.0, 2.0, 4.0, 2.0)
 )
