@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 StepFn = Callable[[str], None]
+LOG_EVERY_STEP = 50  # off a terminal, a bar of up to this many steps logs every step's name
 
 
 @contextmanager
@@ -14,7 +15,9 @@ def step_progress(description: str, total: int, enabled: bool = True) -> Iterato
     """A bar of ``total`` named steps; call the yielded function with each step's name.
 
     Shows on stderr when ``enabled``; the step names also go to stderr when stderr is not a
-    terminal so logs still say what happened.
+    terminal so logs still say what happened: every step's name for up to LOG_EVERY_STEP steps,
+    else about one line per twentieth of the work (the first and the last step included), so a
+    1000-frame stream logs 21 lines, not 1000.
     """
     if not enabled:
         yield lambda _name: None
@@ -32,15 +35,17 @@ def step_progress(description: str, total: int, enabled: bool = True) -> Iterato
     )
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task(description, total=total, step="")
-        started = False
+        done = 0  # steps started so far
+        every = 1 if total <= LOG_EVERY_STEP else max(1, total // 20)
 
         def step(name: str) -> None:
-            nonlocal started
-            if started:
+            nonlocal done
+            if done:
                 bar.advance(task)
-            started = True
+            done += 1
             bar.update(task, step=name)
-            if not console.is_terminal:
+            logged = done == 1 or done == total or (done - 1) % every == 0
+            if not console.is_terminal and logged:
                 print(f"[{description}] {name}", file=sys.stderr)
 
         yield step
